@@ -1,0 +1,33 @@
+"""Drop-in ``torch.optim`` optimizers: AdamS, Lion, Adam-mini, and a registry of them all.
+
+    from optim import AdamS
+    optimizer = AdamS(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .adam_mini import AdamMini
+from .adams import AdamS, adams_update
+from .lion import Lion, lion_update
+from .registry import IMPLEMENTATIONS, OPTIMIZERS, build_optimizer, hyperparameters, param_groups
+
+
+def state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the optimizer's state buffers (tensors with at least one dimension).
+
+    Scalar step counters are left out: torch's AdamW keeps them as 0-d tensors, ours as ints.
+    """
+    return sum(
+        v.numel() * v.element_size()
+        for state in optimizer.state.values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor) and v.dim() > 0
+    )
+
+
+__all__ = [
+    "AdamS", "Lion", "AdamMini", "OPTIMIZERS", "IMPLEMENTATIONS", "build_optimizer", "hyperparameters",
+    "param_groups", "state_bytes", "adams_update", "lion_update",
+]

@@ -1,0 +1,136 @@
+"""The shell shared by optimizers whose whole state is one momentum tensor (AdamS, Lion).
+
+Each such optimizer supplies three versions of the same update rule:
+
+- ``update``: a function over one tensor (``p, grad, exp_avg, hp``), written with plain tensor
+  ops. The for-loop implementation calls it eagerly; the fused implementation calls the very
+  same function through ``torch.compile`` on flat views, so inductor emits one kernel that
+  reads p, g, m once and writes p, m once (one pass over memory per tensor).
+- ``update_foreach``: the same rule with ``torch._foreach_*`` ops over lists of tensors.
+
+``hp`` is a 1-D float32 tensor of the step's scalars (lr, weight decay, betas, ...). Passing it
+as a tensor rather than Python floats is what keeps the compiled kernel from recompiling when
+the learning rate or the bias correction changes from one step to the next.
+
+Low-precision parameters (bf16, fp16) are updated with fp32 math: ``update`` upcasts inside
+the kernel; the foreach path upcasts copies and writes the result back.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+from torch.optim import Optimizer
+
+_FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_hyperparameters(lr: float, betas: tuple[float, float], weight_decay: float, eps: float | None = None):
+    """Raise ValueError, naming the argument, for values torch.optim would also refuse."""
+    if not (isinstance(lr, torch.Tensor) or math.isfinite(lr)) or lr < 0.0:
+        raise ValueError(f"Invalid learning rate: {lr} (must be a finite number >= 0)")
+    if len(betas) != 2:
+        raise ValueError(f"Invalid betas: {betas} (must be a pair (beta1, beta2))")
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta} (must be in [0, 1))")
+    if not 0.0 <= weight_decay < math.inf:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay} (must be a finite number >= 0)")
+    if eps is not None and not 0.0 <= eps < math.inf:
+        raise ValueError(f"Invalid epsilon value: {eps} (must be a finite number >= 0)")
+
+
+def upcast(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in at least fp32: bf16/fp16 become fp32, fp32 and fp64 stay as they are."""
+    return t.float() if t.element_size() < 4 else t
+
+
+@functools.cache
+def _compiled(update: Callable) -> Callable:
+    # dynamic=True: one graph per dtype serves every tensor size (inputs are flat views).
+    return torch.compile(update, dynamic=True, fullgraph=True)
+
+
+class MomentumOnlyOptimizer(Optimizer):
+    """Lazy ``exp_avg`` state, grad collection and loop/foreach/fused dispatch.
+
+    Subclasses set ``update`` and ``update_foreach`` (static methods) and implement
+    ``_hyperparameters(group, step)``, which returns the list of scalars ``hp`` for that step.
+    """
+
+    update: Callable
+    update_foreach: Callable
+
+    def __init__(self, params, defaults: dict, foreach: bool | None, fused: bool | None):
+        if fused and foreach:
+            raise ValueError("foreach and fused are mutually exclusive: set at most one of them to True")
+        defaults = dict(defaults, foreach=foreach, fused=fused)
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            if group["fused"]:
+                for p in group["params"]:
+                    if p.dtype not in _FUSED_DTYPES:
+                        raise ValueError(f"fused=True supports {_FUSED_DTYPES} parameters, got {p.dtype}")
+
+    def _hyperparameters(self, group: dict, step: int) -> list[float]:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        for group in self.param_groups:
+            # Tensors are bucketed by (device, step) so that a parameter whose grad was None on
+            # some steps (and so has a smaller step count) gets its own bias correction.
+            buckets: dict[tuple, tuple[list, list, list]] = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                ps, gs, ms = buckets.setdefault((p.device, state["step"]), ([], [], []))
+                ps.append(p)
+                gs.append(p.grad)
+                ms.append(state["exp_avg"])
+
+            for (device, step), (ps, gs, ms) in buckets.items():
+                hp = self._hyperparameters(group, step)
+                if group["fused"]:
+                    self._step_fused(ps, gs, ms, hp, device)
+                elif group["foreach"] is False:
+                    for p, g, m in zip(ps, gs, ms):
+                        type(self).update(p, g, m, hp)
+                else:
+                    self._step_foreach(ps, gs, ms, hp)
+        return loss
+
+    def _step_fused(self, ps, gs, ms, hp, device):
+        kernel = _compiled(type(self).update)
+        hp_tensor = torch.tensor(hp, dtype=torch.float32, device=device)
+        for p, g, m in zip(ps, gs, ms):
+            if p.is_contiguous() and g.is_contiguous() and m.is_contiguous() and g.dtype == p.dtype:
+                kernel(p.view(-1), g.view(-1), m.view(-1), hp_tensor)
+            else:  # rare layouts: same math, eagerly
+                type(self).update(p, g, m, hp)
+
+    def _step_foreach(self, ps, gs, ms, hp):
+        if all(p.element_size() >= 4 and g.dtype == p.dtype for p, g in zip(ps, gs)):
+            type(self).update_foreach(ps, gs, ms, hp)
+            return
+        # fp32 math for low-precision tensors: update fp32 copies, then write them back.
+        p32 = [upcast(p) for p in ps]
+        m32 = [upcast(m) for m in ms]
+        type(self).update_foreach(p32, [g.to(p.dtype) for g, p in zip(gs, p32)], m32, hp)
+        torch._foreach_copy_(ps, p32)
+        torch._foreach_copy_(ms, m32)

@@ -1,0 +1,229 @@
+"""Adam-mini (Zhang et al., 2024, "Adam-mini: Use Fewer Learning Rates To Gain More").
+
+Adam with one second-moment scalar per *block* of a parameter instead of one per coordinate,
+the blocks following the Hessian's dense sub-blocks. The partition here is explicit: every
+parameter name is matched against an ordered list of (regex, rule) pairs, the first match wins,
+and a name that matches nothing is an error (or, only when asked, an explicit logged default).
+``AdamMini.partition()`` lists the result.
+
+Rules (all block rules cut a 2-D weight along dim 0, the output dimension of ``nn.Linear``
+and the token dimension of ``nn.Embedding``):
+
+- ``adam``:  one v per coordinate (plain Adam), used for biases.
+- ``row``:   one v per row: per token for embeddings and the output head, per output neuron
+             for value, attention output and MLP weights.
+- ``head``:  one v per attention head (n_head equal groups of rows): query and key weights.
+- ``qkv``:   GPT-2's fused ``c_attn`` weight, rows [Q; K; V]: Q and K per head, V per row.
+- ``whole``: one v for the whole tensor: norm weights, the position embedding.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.optim import Optimizer
+
+from ._momentum_only import check_hyperparameters, upcast
+
+log = logging.getLogger(__name__)
+
+RULES = ("adam", "row", "head", "qkv", "whole")
+
+# Our GPT-2's names first, then the names the official adam-mini package recognises.
+GPT2_RULES: tuple[tuple[str, str], ...] = (
+    (r"bias$", "adam"),
+    (r"(^|\.)c_attn\.weight$", "qkv"),
+    (r"(^|\.)(q_proj|k_proj|wq|wk|query|key)\.weight$", "head"),
+    (r"(^|\.)(wte|embed|embd|embed_tokens|lm_head|output|final_layer)\.weight$", "row"),
+    (r"(^|\.)(c_proj|c_fc|v_proj|wv|value|o_proj|wo)\.weight$", "row"),
+    (r"(^|\.)(mlp|feed_forward)\.", "row"),
+    (r"(^|\.)(ln_\w+|\w*norm\w*|wpe)\.weight$", "whole"),
+)
+
+
+@dataclass(frozen=True)
+class Block:
+    """How one parameter is cut: ``segments`` are (rows per block, number of blocks) along dim 0."""
+
+    name: str
+    rule: str
+    segments: tuple[tuple[int, int], ...]
+
+    @property
+    def n_blocks(self) -> int:
+        return sum(n for _, n in self.segments)
+
+
+def _segments(name: str, rule: str, shape: torch.Size, n_head: int | None) -> tuple[tuple[int, int], ...]:
+    if rule in ("adam", "whole"):
+        return ((1, 1),) if rule == "whole" else ()
+    if len(shape) != 2:
+        raise ValueError(f"Adam-mini rule '{rule}' needs a 2-D weight, but {name} has shape {tuple(shape)}")
+    rows = shape[0]
+    if rule == "row":
+        return ((1, rows),)
+    if n_head is None:
+        raise ValueError(f"Adam-mini rule '{rule}' for {name} needs n_head: pass AdamMini(..., n_head=...)")
+    if rule == "head":
+        if rows % n_head:
+            raise ValueError(f"{name} has {rows} rows, not divisible into n_head={n_head} heads")
+        return ((rows // n_head, n_head),)
+    if rows % (3 * n_head):
+        raise ValueError(f"fused qkv weight {name} has {rows} rows, not 3 × a multiple of n_head={n_head}")
+    head_rows = rows // (3 * n_head)
+    return ((head_rows, n_head), (head_rows, n_head), (1, rows // 3))
+
+
+def partition(
+    named_parameters: Iterable[tuple[str, torch.Tensor]],
+    n_head: int | None = None,
+    rules: Sequence[tuple[str, str]] = GPT2_RULES,
+    default_rule: str | None = None,
+) -> list[Block]:
+    """Classify each named parameter into an Adam-mini block rule (first matching regex wins)."""
+    blocks = []
+    for name, p in named_parameters:
+        rule = next((r for pattern, r in rules if re.search(pattern, name)), None)
+        if rule is None:
+            if default_rule is None:
+                raise ValueError(
+                    f"Adam-mini cannot classify parameter '{name}' (shape {tuple(p.shape)}): add a "
+                    f"(regex, rule) pair to rules= with a rule from {RULES}, or pass default_rule='whole'"
+                )
+            log.warning("Adam-mini: no rule matches '%s'; using default_rule='%s'", name, default_rule)
+            rule = default_rule
+        if rule not in RULES:
+            raise ValueError(f"Unknown Adam-mini rule '{rule}' for {name}; choose from {RULES}")
+        blocks.append(Block(name, rule, _segments(name, rule, p.shape, n_head)))
+    return blocks
+
+
+def block_mean(x: torch.Tensor, block: Block) -> torch.Tensor:
+    """Mean of x over each block of ``block``: a vector of length ``block.n_blocks``."""
+    rows = x.reshape(1, -1) if block.rule == "whole" else x.reshape(x.shape[0], -1)
+    row_means = rows.mean(dim=1)  # every row in a tensor has the same length
+    out, start = [], 0
+    for rows_per_block, n in block.segments:
+        out.append(row_means[start : start + rows_per_block * n].view(n, rows_per_block).mean(dim=1))
+        start += rows_per_block * n
+    return torch.cat(out) if len(out) > 1 else out[0]
+
+
+def expand_blocks(values: torch.Tensor, block: Block, like: torch.Tensor) -> torch.Tensor:
+    """Broadcast one value per block back to the rows of ``like`` (shape (rows, 1, ...))."""
+    if block.rule == "whole":
+        return values.reshape((1,) * like.dim())
+    repeats = torch.tensor([r for r, n in block.segments for _ in range(n)], device=values.device)
+    per_row = torch.repeat_interleave(values, repeats)
+    return per_row.view(-1, *([1] * (like.dim() - 1)))
+
+
+def adam_mini_update(p, grad, m, v, block: Block, step: int, lr, wd, beta1, beta2, eps) -> None:
+    """One Adam-mini step on one tensor, in place, fp32 math.
+
+    With mean_B the mean over each block B (per coordinate for the ``adam`` rule)::
+
+        p ← p · (1 − lr·wd)
+        m ← β1 · m + (1 − β1) · g
+        v ← β2 · v + (1 − β2) · mean_B(g²)
+        p ← p − lr · (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + ε)
+    """
+    g = upcast(grad)
+    x = upcast(p)
+    m32 = upcast(m).lerp_(g, 1 - beta1)
+    g2 = g * g if block.rule == "adam" else block_mean(g * g, block)
+    v32 = upcast(v).mul_(beta2).add_(g2, alpha=1 - beta2)
+    denom = (v32 / (1 - beta2**step)).sqrt_().add_(eps)
+    if block.rule != "adam":
+        denom = expand_blocks(denom, block, x)
+    x.mul_(1 - lr * wd).addcdiv_(m32, denom, value=-lr / (1 - beta1**step))
+    p.copy_(x)
+    m.copy_(m32)
+    v.copy_(v32)
+
+
+class AdamMini(Optimizer):
+    r"""Adam-mini: Adam with one second-moment scalar per parameter block.
+
+    .. math::
+        p &\leftarrow p\,(1 - \eta\lambda) \\
+        m &\leftarrow \beta_1 m + (1 - \beta_1) g \\
+        v_B &\leftarrow \beta_2 v_B + (1 - \beta_2)\,\mathrm{mean}_{i \in B}(g_i^2) \\
+        p &\leftarrow p - \eta\,\frac{m / (1 - \beta_1^t)}{\sqrt{v_B / (1 - \beta_2^t)} + \epsilon}
+
+    The blocks are described in this module's docstring; see ``partition()`` for the result on
+    a model. State per parameter: ``exp_avg`` (like p) and ``exp_avg_sq`` (one float per block).
+
+    Args:
+        params: ``model.named_parameters()``, or groups ``{"params": [(name, p), ...], ...}``.
+        lr, betas, eps, weight_decay: as for AdamW.
+        n_head: attention heads, for the ``head`` and ``qkv`` rules.
+        rules: ordered (regex, rule) pairs; the first regex found in a name decides its rule.
+        default_rule: rule for names no regex matches; None (default) makes that an error.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        *,
+        n_head: int | None = None,
+        rules: Sequence[tuple[str, str]] = GPT2_RULES,
+        default_rule: str | None = None,
+    ):
+        check_hyperparameters(lr, betas, weight_decay, eps)
+        groups = list(params)
+        if groups and not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        blocks: dict[torch.Tensor, Block] = {}
+        for group in groups:
+            named = list(group["params"])
+            if not all(isinstance(item, tuple) and len(item) == 2 for item in named):
+                raise ValueError("AdamMini needs parameter names: pass model.named_parameters(), or groups of (name, param) pairs")
+            for block, (_, p) in zip(partition(named, n_head, rules, default_rule), named):
+                blocks[p] = block
+            group["params"] = [p for _, p in named]
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        super().__init__(groups, defaults)
+        self._blocks = blocks
+        counts: dict[str, int] = {}
+        for block in blocks.values():
+            counts[block.rule] = counts.get(block.rule, 0) + 1
+        log.info("Adam-mini partition: %s", ", ".join(f"{n} tensors '{rule}'" for rule, n in sorted(counts.items())))
+
+    def partition(self) -> list[tuple[str, str, int]]:
+        """(parameter name, rule, number of second-moment scalars) for every parameter."""
+        return [(b.name, b.rule, b.n_blocks if b.rule != "adam" else p.numel()) for p, b in self._blocks.items()]
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                block = self._blocks[p]
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    shape = p.shape if block.rule == "adam" else (block.n_blocks,)
+                    # p's dtype, as torch.optim keeps state (load_state_dict casts to it)
+                    state["exp_avg_sq"] = torch.zeros(shape, dtype=p.dtype, device=p.device)
+                state["step"] += 1
+                adam_mini_update(
+                    p, p.grad, state["exp_avg"], state["exp_avg_sq"], block, state["step"],
+                    group["lr"], group["weight_decay"], beta1, beta2, group["eps"],
+                )
+        return loss

@@ -1,0 +1,442 @@
+"""Optimizer library tests: closed forms, reference packages, and one registry-wide list.
+
+References are independent of our code: hand-derived formulas, torch.optim, the published
+lion-pytorch and adam-mini packages.
+"""
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from optim import OPTIMIZERS, AdamMini, AdamS, Lion, build_optimizer, state_bytes
+from optim.adam_mini import partition
+
+IMPLS = {"loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
+
+
+# --- AdamS closed forms ---------------------------------------------------------------------
+
+def adams_by_hand(p0, grads, lr, b1, b2, eps, wd, bias_correction):
+    """AdamS on one scalar, written out from the paper with plain floats."""
+    p, m = p0, 0.0
+    for t, g in enumerate(grads, start=1):
+        bc = 1 - b1**t if bias_correction else 1.0
+        p = p * (1 - lr * wd)
+        v = b2 * (m / bc) ** 2 + (1 - b2) * g * g
+        m = b1 * m + (1 - b1) * g
+        p = p - lr * (m / bc) / (math.sqrt(v) + eps)
+    return p, m
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("bias_correction", [True, False])
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+def test_adams_closed_form_steps_1_and_2(impl, bias_correction, wd):
+    p0 = [1.0, -2.0, 0.5]
+    g1 = [0.5, 0.01, -3.0]
+    g2 = [-0.3, 0.02, -1.0]
+    lr, b1, b2, eps = 0.01, 0.9, 0.95, 1e-8
+    p = nn.Parameter(torch.tensor(p0, dtype=torch.float64 if impl != "fused" else torch.float32))
+    opt = AdamS([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd, bias_correction=bias_correction, **IMPLS[impl])
+    for step, grads in enumerate((g1, g2), start=1):
+        p.grad = torch.tensor(grads, dtype=p.dtype)
+        opt.step()
+        for i in range(3):
+            want_p, want_m = adams_by_hand(p0[i], [g1[i], g2[i]][:step], lr, b1, b2, eps, wd, bias_correction)
+            assert p[i].item() == pytest.approx(want_p, rel=1e-6, abs=1e-7)
+            assert opt.state[p]["exp_avg"][i].item() == pytest.approx(want_m, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("bias_correction, factor", [(True, 1 / math.sqrt(0.05)), (False, 0.1 / math.sqrt(0.05))])
+def test_adams_first_step_size(bias_correction, factor):
+    # 4.47·lr·sign(g) with bias correction, 0.447·lr without, at β = (0.9, 0.95)
+    p = nn.Parameter(torch.zeros(4, dtype=torch.float64))
+    p.grad = torch.tensor([3.0, -0.001, 1e3, -7.0], dtype=torch.float64)
+    AdamS([p], lr=1e-3, eps=0.0, weight_decay=0.0, bias_correction=bias_correction).step()
+    torch.testing.assert_close(p.detach(), -1e-3 * factor * p.grad.sign(), rtol=1e-12, atol=0)
+    assert round(factor, 3) in (4.472, 0.447)
+
+
+# --- the three implementations agree ----------------------------------------------------------
+
+SHAPES = [(7, 5), (13,), (64, 32), (1,), (3, 4, 5)]
+
+
+def run_steps(make, dtype, n=6, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    params = [nn.Parameter(torch.randn(s, generator=gen).to(dtype)) for s in SHAPES]
+    opt = make(params)
+    for _ in range(n):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen).to(dtype)
+        opt.step()
+    return params, opt
+
+
+@pytest.mark.parametrize("cls", [AdamS, Lion])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_loop_foreach_fused_agree(cls, dtype):
+    results = {name: run_steps(lambda ps: cls(ps, lr=1e-2, weight_decay=0.1, **kw), dtype) for name, kw in IMPLS.items()}
+    ref_params, ref_opt = results["loop"]
+    for name in ("foreach", "fused"):
+        params, opt = results[name]
+        for p, q in zip(ref_params, params):
+            assert q.dtype == dtype
+            # fp32 math in every path, with ops in different orders: fp32 agrees to rounding; bf16
+            # storage can round an fp32 difference of one ulp to a bf16 ulp (2^-8 relative)
+            tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-3)
+            torch.testing.assert_close(q.float(), p.float(), **tol)
+            torch.testing.assert_close(opt.state[q]["exp_avg"].float(), ref_opt.state[p]["exp_avg"].float(), **tol)
+
+
+def test_low_precision_uses_fp32_math():
+    # lr·update far below bf16's resolution at 1.0 must still change nothing *wrongly*:
+    # the result equals the fp32 computation rounded once to bf16.
+    for kw in IMPLS.values():
+        p32 = torch.full((8,), 1.0) + torch.arange(8) * 0.01
+        p = nn.Parameter(p32.to(torch.bfloat16))
+        p.grad = torch.linspace(-1, 1, 8).to(torch.bfloat16)
+        ref = nn.Parameter(p.detach().float().clone())
+        ref.grad = p.grad.float()
+        AdamS([p], lr=0.05, **kw).step()
+        AdamS([ref], lr=0.05, foreach=False).step()
+        torch.testing.assert_close(p.detach(), ref.detach().to(torch.bfloat16), rtol=0, atol=0)
+
+
+def test_fused_does_not_recompile_when_lr_changes():
+    import torch._dynamo.utils as dutils
+
+    params = [nn.Parameter(torch.randn(33, 17)), nn.Parameter(torch.randn(5))]
+    opt = AdamS(params, fused=True)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    before = dutils.counters["stats"]["unique_graphs"]
+    for lr in (1e-3, 2e-3, 5e-4):
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.step()
+    assert dutils.counters["stats"]["unique_graphs"] == before
+
+
+# --- the reference packages ------------------------------------------------------------------
+
+def test_adamw_is_torch_adamw():
+    assert OPTIMIZERS["adamw"] is torch.optim.AdamW
+    opt = build_optimizer("adamw", nn.Linear(4, 4), lr=1e-3)
+    assert type(opt) is torch.optim.AdamW
+    assert opt.defaults["fused"] is True  # fused AdamW runs on CPU too
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_lion_matches_lion_pytorch(impl):
+    from lion_pytorch import Lion as ReferenceLion
+
+    ours, theirs = run_steps(lambda ps: Lion(ps, lr=3e-3, betas=(0.95, 0.98), weight_decay=0.5, **IMPLS[impl]), torch.float32, n=10)[0], None
+    theirs = run_steps(lambda ps: ReferenceLion(ps, lr=3e-3, betas=(0.95, 0.98), weight_decay=0.5), torch.float32, n=10)[0]
+    for p, q in zip(ours, theirs):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+class LlamaNamed(nn.Module):
+    """A tiny transformer-shaped module using the names the official adam-mini package knows."""
+
+    def __init__(self, vocab=11, dim=8, n_heads=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.q_proj = nn.Linear(dim, dim, bias=True)
+        self.k_proj = nn.Linear(dim, dim, bias=False)
+        self.v_proj = nn.Linear(dim, dim, bias=False)
+        self.o_proj = nn.Linear(dim, dim, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.norm = nn.LayerNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        self.n_heads = n_heads
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        B, T, C = x.shape
+        q, k, v = (f(x).view(B, T, self.n_heads, -1).transpose(1, 2) for f in (self.q_proj, self.k_proj, self.v_proj))
+        x = x + self.o_proj(nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C))
+        x = x + self.mlp(self.norm(x))
+        return self.output(x)
+
+
+def test_adam_mini_matches_official_package():
+    from adam_mini import Adam_mini
+
+    torch.manual_seed(0)
+    ref_model = LlamaNamed()
+    our_model = copy.deepcopy(ref_model)
+    hp = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    ref = Adam_mini(ref_model.named_parameters(), dim=8, n_heads=2, verbose=False, **hp)
+    # the package decays every tensor whose name lacks norm/ln/bias; so do these groups
+    named = list(our_model.named_parameters())
+    no_decay = [(n, p) for n, p in named if any(s in n for s in ("norm", "ln", "bias"))]
+    decay = [(n, p) for n, p in named if (n, p) not in no_decay]
+    ours = AdamMini([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], n_head=2, **hp)
+    assert {n: r for n, r, _ in ours.partition()}["q_proj.weight"] == "head"
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(8):
+        idx = torch.randint(0, 11, (3, 6), generator=gen)
+        for model, opt in ((ref_model, ref), (our_model, ours)):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(idx).flatten(0, 1), idx.flatten()).backward()
+            opt.step()
+        for (name, p), q in zip(ref_model.named_parameters(), our_model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_adam_mini_gpt2_fused_qkv_partition_by_hand():
+    C, n_head = 8, 2
+    hs = C // n_head
+    w = nn.Parameter(torch.zeros(3 * C, C))
+    blocks = partition([("h.0.attn.c_attn.weight", w)], n_head=n_head)
+    assert blocks[0].rule == "qkv" and blocks[0].n_blocks == 2 * n_head + C
+    g = torch.randn(3 * C, C)
+    w.grad = g
+    opt = AdamMini([("h.0.attn.c_attn.weight", w)], n_head=n_head, betas=(0.9, 0.5))
+    opt.step()
+    g2 = g * g
+    want = [g2[h * hs:(h + 1) * hs].mean() for h in range(n_head)]            # Q heads
+    want += [g2[C + h * hs:C + (h + 1) * hs].mean() for h in range(n_head)]   # K heads
+    want += [g2[2 * C + r].mean() for r in range(C)]                         # V neurons
+    torch.testing.assert_close(opt.state[w]["exp_avg_sq"], 0.5 * torch.stack(want))
+
+
+def test_adam_mini_partition_of_gpt2_names():
+    names = {
+        "transformer.wte.weight": ((50, 8), "row"), "transformer.wpe.weight": ((16, 8), "whole"),
+        "transformer.h.0.ln_1.weight": ((8,), "whole"), "transformer.h.0.ln_1.bias": ((8,), "adam"),
+        "transformer.h.0.attn.c_attn.weight": ((24, 8), "qkv"), "transformer.h.0.attn.c_attn.bias": ((24,), "adam"),
+        "transformer.h.0.attn.c_proj.weight": ((8, 8), "row"), "transformer.h.0.mlp.c_fc.weight": ((32, 8), "row"),
+        "transformer.h.0.mlp.c_proj.weight": ((8, 32), "row"), "transformer.ln_f.weight": ((8,), "whole"),
+        "lm_head.weight": ((50, 8), "row"),
+    }
+    blocks = partition([(n, torch.empty(s)) for n, (s, _) in names.items()], n_head=2)
+    assert {b.name: b.rule for b in blocks} == {n: r for n, (_, r) in names.items()}
+
+
+def test_adam_mini_unknown_parameter_is_an_error_or_an_explicit_logged_default(caplog):
+    with pytest.raises(ValueError, match="cannot classify parameter 'mystery'"):
+        AdamMini([("mystery", nn.Parameter(torch.zeros(3, 3)))])
+    with caplog.at_level("WARNING"):
+        opt = AdamMini([("mystery", nn.Parameter(torch.zeros(3, 3)))], default_rule="whole")
+    assert opt.partition() == [("mystery", "whole", 1)]
+    assert "mystery" in caplog.text
+
+
+# --- registry-wide: every optimizer gets every test below ----------------------------------------
+
+# learning rates that suit each optimizer on the toy problems below
+TOY_LR = {"adamw": 0.05, "adams": 0.05, "lion": 0.02, "adam_mini": 0.05, "sgd": 0.002, "adagrad": 0.3, "rmsprop": 0.01}
+
+
+def toy_kwargs(name):
+    kw = {"lr": TOY_LR[name]}
+    if name == "adam_mini":
+        kw["default_rule"] = "adam"
+    return kw
+
+
+class Tiny(nn.Module):
+    """GPT-2-named tiny model: an embedding, a linear with bias, a norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(10, 6)
+        self.c_fc = nn.Linear(6, 6)
+        self.ln_f = nn.LayerNorm(6)
+        self.unused = nn.Linear(6, 6)  # never receives a gradient
+
+    def forward(self, idx):
+        return self.ln_f(self.c_fc(self.wte(idx))) @ self.wte.weight.T
+
+
+def test_registry_names():
+    assert set(OPTIMIZERS) == {"adamw", "adams", "lion", "adam_mini", "sgd", "adagrad", "rmsprop"}
+    assert set(TOY_LR) == set(OPTIMIZERS), "give a new optimizer a toy learning rate"
+    with pytest.raises(ValueError, match="Unknown optimizer 'adamz'; choose one of: adamw, adams"):
+        build_optimizer("adamz", Tiny())
+    with pytest.raises(ValueError, match="does not take betas"):
+        build_optimizer("sgd", Tiny(), betas=(0.9, 0.95))
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_build_optimizer_groups(name):
+    model = Tiny()
+    opt = build_optimizer(name, model, weight_decay=0.1, **toy_kwargs(name))
+    decayed, not_decayed = opt.param_groups
+    assert decayed["weight_decay"] == 0.1 and not_decayed["weight_decay"] == 0.0
+    assert {id(p) for p in decayed["params"]} == {id(p) for p in model.parameters() if p.dim() >= 2}
+    assert {id(p) for p in not_decayed["params"]} == {id(p) for p in model.parameters() if p.dim() < 2}
+
+
+def train_tiny(model, opt, steps, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        idx = torch.randint(0, 10, (4, 5), generator=gen)
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(idx).flatten(0, 1), idx.flatten())
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_state_dict_round_trip_is_bit_identical(name):
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = build_optimizer(name, model, weight_decay=0.1, **toy_kwargs(name))
+    train_tiny(model, opt, 3)
+    saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    want = train_tiny(model, opt, 4, seed=1)
+
+    fresh = Tiny()
+    fresh.load_state_dict(saved_model)
+    fresh_opt = build_optimizer(name, fresh, weight_decay=0.1, **toy_kwargs(name))
+    fresh_opt.load_state_dict(saved_opt)
+    assert train_tiny(fresh, fresh_opt, 4, seed=1) == want
+    for p, q in zip(model.parameters(), fresh.parameters()):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_params_without_grad_are_untouched(name):
+    torch.manual_seed(0)
+    model = Tiny()
+    before = model.unused.weight.detach().clone()
+    opt = build_optimizer(name, model, weight_decay=0.1, **toy_kwargs(name))
+    train_tiny(model, opt, 3)
+    assert torch.equal(model.unused.weight, before)
+    # some torch optimizers (Adagrad) create state eagerly; it must still be untouched zeros
+    for value in opt.state.get(model.unused.weight, {}).values():
+        assert not isinstance(value, torch.Tensor) or not value.any()
+
+
+class Problem(nn.Module):
+    def __init__(self, start):
+        super().__init__()
+        self.x = nn.Parameter(torch.tensor(start, dtype=torch.float64))
+
+
+def quadratic(x):
+    return 0.5 * (torch.arange(1, x.numel() + 1, dtype=x.dtype) * x * x).sum()
+
+
+def rosenbrock(x):
+    return (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("f, start, steps, factor", [(quadratic, [1.0, -1.0, 0.5, 2.0], 300, 1e-2), (rosenbrock, [-1.2, 1.0], 2000, 0.1)])
+def test_decreases_quadratic_and_rosenbrock(name, f, start, steps, factor):
+    model = Problem(start)
+    kw = toy_kwargs(name)
+    if f is rosenbrock and name == "sgd":
+        kw["lr"] = 2e-4  # curvature up to ~1000 near the start
+    opt = OPTIMIZERS[name](model.parameters(), **{k: v for k, v in kw.items() if k != "default_rule"}) if name != "adam_mini" else AdamMini([("x", model.x)], **kw)
+    initial = f(model.x).item()
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = f(model.x)
+        loss.backward()
+        opt.step()
+    assert math.isfinite(f(model.x).item())
+    assert f(model.x).item() < factor * initial, f"{name}: {initial:.3g} -> {f(model.x).item():.3g}"
+
+
+def test_adams_and_lion_hold_half_of_adamws_state():
+    sizes = {}
+    for name in ("adamw", "adams", "lion", "adam_mini"):
+        model = Tiny()
+        opt = build_optimizer(name, model, **toy_kwargs(name))
+        train_tiny(model, opt, 1)
+        sizes[name] = state_bytes(opt)
+    n_trained = sum(p.numel() for n, p in Tiny().named_parameters() if not n.startswith("unused"))
+    assert sizes["adamw"] == 2 * 4 * n_trained
+    assert sizes["adams"] * 2 == sizes["adamw"]
+    assert sizes["lion"] * 2 == sizes["adamw"]
+    assert sizes["adams"] < sizes["adam_mini"] < sizes["adamw"]
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+BAD_VALUES = [
+    (dict(lr=-1e-3), "learning rate"), (dict(betas=(1.0, 0.9)), "beta parameter at index 0"),
+    (dict(betas=(0.9, -0.1)), "beta parameter at index 1"), (dict(weight_decay=-0.1), "weight_decay"),
+    (dict(eps=-1e-8), "epsilon"),
+]
+
+
+@pytest.mark.parametrize("cls, bad, match", [
+    (cls, bad, match) for cls in (AdamS, Lion, AdamMini) for bad, match in BAD_VALUES if not (cls is Lion and "eps" in bad)
+])
+def test_invalid_hyperparameters_raise_value_error(cls, bad, match):
+    params = [("wte.weight", nn.Parameter(torch.zeros(2, 2)))] if cls is AdamMini else [nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError, match=match):
+        cls(params, **bad)
+
+
+def test_step_returns_closure_loss():
+    p = nn.Parameter(torch.ones(3))
+    opt = AdamS([p])
+
+    def closure():
+        opt.zero_grad()
+        loss = (p * p).sum()
+        loss.backward()
+        return loss
+
+    assert opt.step(closure).item() == 3.0
+    assert p.grad is not None and torch.all(p < 1)
+
+
+# --- the per-coordinate step bound ---------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def one_step_from(m, g, b1, b2):
+    """|Δp|/lr of one AdamS step (no bias correction, no decay, ε = 0) from momentum m and grad g."""
+    p = nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    p.grad = torch.tensor([g], dtype=torch.float64)
+    opt = AdamS([p], lr=1.0, betas=(b1, b2), eps=0.0, weight_decay=0.0, bias_correction=False, foreach=False)
+    opt.state[p] = {"step": 7, "exp_avg": torch.tensor([m], dtype=torch.float64)}
+    opt.step()
+    return abs(p.item())
+
+
+def tight_bound(b1, b2):
+    return math.sqrt(b1**2 / b2 + (1 - b1) ** 2 / (1 - b2))
+
+
+nonzero = st.floats(min_value=-1e4, max_value=1e4, allow_nan=False).filter(lambda x: abs(x) > 1e-4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(m=nonzero, g=nonzero, b1=st.floats(0.0, 0.999), b2=st.floats(0.001, 0.999))
+def test_adams_step_never_exceeds_the_tight_bound(m, g, b1, b2):
+    assert one_step_from(m, g, b1, b2) <= tight_bound(b1, b2) * (1 + 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(g=nonzero, b1=st.floats(0.01, 0.999), b2=st.floats(0.001, 0.999))
+def test_adams_tight_bound_is_attained(g, b1, b2):
+    m = g * b1 * (1 - b2) / (b2 * (1 - b1))  # the Cauchy-Schwarz equality case
+    assert one_step_from(m, g, b1, b2) == pytest.approx(tight_bound(b1, b2), rel=1e-9)
+
+
+def test_papers_lemma_bound_is_violated():
+    b1, b2 = 0.9, 0.95
+    lemma = max(b1 / math.sqrt(b2), (1 - b1) / math.sqrt(1 - b2))
+    assert lemma == pytest.approx(0.923, abs=1e-3)
+    assert tight_bound(b1, b2) == pytest.approx(1.026, abs=1e-3)
+    step = one_step_from(1.0, 1.0, b1, b2)  # m = g: a step of exactly lr
+    assert step == pytest.approx(1.0, rel=1e-12) and step > lemma
