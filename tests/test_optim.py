@@ -79,7 +79,7 @@ def run_steps(make, dtype, n=6, seed=0):
 @pytest.mark.parametrize("cls", [AdamS, Lion])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_loop_foreach_fused_agree(cls, dtype):
-    results = {name: run_steps(lambda ps: cls(ps, lr=1e-2, weight_decay=0.1, **kw), dtype) for name, kw in IMPLS.items()}
+    results = {name: run_steps(lambda ps, kw=kw: cls(ps, lr=1e-2, weight_decay=0.1, **kw), dtype) for name, kw in IMPLS.items()}
     ref_params, ref_opt = results["loop"]
     for name in ("foreach", "fused"):
         params, opt = results[name]
@@ -135,7 +135,7 @@ def test_adamw_is_torch_adamw():
 def test_lion_matches_lion_pytorch(impl):
     from lion_pytorch import Lion as ReferenceLion
 
-    ours, theirs = run_steps(lambda ps: Lion(ps, lr=3e-3, betas=(0.95, 0.98), weight_decay=0.5, **IMPLS[impl]), torch.float32, n=10)[0], None
+    ours = run_steps(lambda ps: Lion(ps, lr=3e-3, betas=(0.95, 0.98), weight_decay=0.5, **IMPLS[impl]), torch.float32, n=10)[0]
     theirs = run_steps(lambda ps: ReferenceLion(ps, lr=3e-3, betas=(0.95, 0.98), weight_decay=0.5), torch.float32, n=10)[0]
     for p, q in zip(ours, theirs):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
