@@ -62,7 +62,7 @@ def test_adams_first_step_size(bias_correction, factor):
 
 # --- the three implementations agree ----------------------------------------------------------
 
-SHAPES = [(7, 5), (13,), (64, 32), (1,), (3, 4, 5)]
+SHAPES = [(7, 5), (13,), (64, 32), (1,), (3, 4, 5), (260, 256)]  # the last one is big enough for a fused kernel
 
 
 def run_steps(make, dtype, n=6, seed=0):
@@ -85,11 +85,15 @@ def test_loop_foreach_fused_agree(cls, dtype):
         params, opt = results[name]
         for p, q in zip(ref_params, params):
             assert q.dtype == dtype
-            # fp32 math in every path, with ops in different orders: fp32 agrees to rounding; bf16
-            # storage can round an fp32 difference of one ulp to a bf16 ulp (2^-8 relative)
-            tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-3)
-            torch.testing.assert_close(q.float(), p.float(), **tol)
-            torch.testing.assert_close(opt.state[q]["exp_avg"].float(), ref_opt.state[p]["exp_avg"].float(), **tol)
+            for ours, ref in ((q, p), (opt.state[q]["exp_avg"], ref_opt.state[p]["exp_avg"])):
+                if dtype == torch.float32:
+                    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+                else:
+                    # fp32 math in every path but with ops in different orders: a one-ulp fp32
+                    # difference can round to a bf16 ulp and carry into later steps, so bf16 agrees
+                    # to a couple of bf16 ulps (2^-8) at the tensor's scale
+                    scale = ref.float().abs().max().item()
+                    torch.testing.assert_close(ours.float(), ref.float(), rtol=2**-7, atol=2**-7 * scale)
 
 
 def test_low_precision_uses_fp32_math():
@@ -109,12 +113,13 @@ def test_low_precision_uses_fp32_math():
 def test_fused_does_not_recompile_when_lr_changes():
     import torch._dynamo.utils as dutils
 
-    params = [nn.Parameter(torch.randn(33, 17)), nn.Parameter(torch.randn(5))]
+    params = [nn.Parameter(torch.randn(300, 300)), nn.Parameter(torch.randn(5))]
     opt = AdamS(params, fused=True)
     for p in params:
         p.grad = torch.ones_like(p)
     opt.step()
     before = dutils.counters["stats"]["unique_graphs"]
+    assert before > 0, "the 300x300 tensor should have gone through a compiled kernel"
     for lr in (1e-3, 2e-3, 5e-4):
         for group in opt.param_groups:
             group["lr"] = lr

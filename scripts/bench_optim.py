@@ -1,0 +1,135 @@
+"""Time one optimizer step on GPT-2's parameter shapes, for every optimizer and implementation.
+
+    python scripts/bench_optim.py --sizes small                # CPU or CUDA, whichever is here
+    python scripts/bench_optim.py --small                      # scaled-down shapes, seconds
+    python scripts/bench_optim.py --sizes small medium large xl --dtype bfloat16 --json out.json
+
+The step is memory-bound, so besides milliseconds it reports effective bandwidth: the bytes the
+update must move at least (fp32 AdamW reads p, g, m, v and writes p, m, v: 28 bytes/param;
+AdamS and Lion read p, g, m and write p, m: 20), over the time, next to the device's measured
+copy bandwidth. ``ratio`` is each time over torch's fused AdamW in the same run; the
+memory-traffic floor for AdamS and Lion is 20/28 = 0.714.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from model import GPT, SIZES, GPTConfig  # noqa: E402
+from optim import AdamMini, AdamS, Lion  # noqa: E402
+
+# (label, factory, tensors of param size read+written per step, counting p and g)
+CASES = [
+    ("adamw fused (torch)", lambda ps: torch.optim.AdamW(ps, fused=True), 7),
+    ("adamw foreach (torch)", lambda ps: torch.optim.AdamW(ps, foreach=True), 7),
+    ("adams loop", lambda ps: AdamS(ps, foreach=False), 5),
+    ("adams foreach", lambda ps: AdamS(ps, foreach=True), 5),
+    ("adams fused", lambda ps: AdamS(ps, fused=True), 5),
+    ("lion foreach", lambda ps: Lion(ps, foreach=True), 5),
+    ("lion fused", lambda ps: Lion(ps, fused=True), 5),
+    ("adam_mini", None, 5),
+]
+
+
+def shapes(size: str, small: bool) -> tuple[list[tuple[str, tuple[int, ...]]], int]:
+    cfg = GPTConfig(**SIZES[size])
+    if small:  # same structure, 1/4 width and 1/3 depth
+        cfg = GPTConfig(n_layer=max(1, cfg.n_layer // 3), n_head=cfg.n_head // 2 or 1, n_embd=cfg.n_embd // 4, vocab_size=8192)
+    with torch.device("meta"):
+        model = GPT(cfg)
+    return [(n, tuple(p.shape)) for n, p in model.named_parameters()], cfg.n_head
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats: int) -> float:
+    """Median milliseconds of ``fn`` over ``repeats`` runs, after two warm-up runs."""
+    fn(), fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def copy_bandwidth(device, n_bytes: int, repeats: int) -> float:
+    """GB/s of one large device-to-device copy (bytes read + bytes written)."""
+    src = torch.empty(n_bytes // 4, device=device)
+    dst = torch.empty_like(src)
+    ms = timed(lambda: dst.copy_(src), device, repeats)
+    return 2 * n_bytes / ms / 1e6
+
+
+def bench(size, small, dtype, device, repeats, only):
+    named, n_head = shapes(size, small)
+    n_params = sum(torch.Size(s).numel() for _, s in named)
+    gen = torch.Generator(device=device).manual_seed(0)
+    rows = []
+    for label, factory, tensors in CASES:
+        if only and not any(o in label for o in only):
+            continue
+        params = [torch.nn.Parameter(torch.randn(s, device=device, dtype=dtype, generator=gen)) for _, s in named]
+        for p in params:
+            p.grad = torch.randn(p.shape, device=device, dtype=dtype, generator=gen)
+        if factory is None:
+            opt = AdamMini(list(zip([n for n, _ in named], params)), n_head=n_head)
+        else:
+            opt = factory(params)
+        ms = timed(opt.step, device, repeats)
+        bytes_moved = tensors * n_params * params[0].element_size()
+        rows.append(dict(size=size, optimizer=label, ms=ms, gbps=bytes_moved / ms / 1e6, params=n_params))
+        del opt, params
+    base = next((r["ms"] for r in rows if r["optimizer"] == "adamw fused (torch)"), None)
+    for r in rows:
+        r["ratio_to_adamw_fused"] = r["ms"] / base if base else None
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", default=["small"], choices=list(SIZES), help="GPT-2 sizes whose shapes to use")
+    parser.add_argument("--small", action="store_true", help="scaled-down shapes (1/4 width, 1/3 depth, 8K vocab)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeats", type=int, default=10, help="timed steps per case (median reported)")
+    parser.add_argument("--only", nargs="*", help="run only cases whose label contains one of these")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    copy_gbps = copy_bandwidth(device, 256 * 2**20, args.repeats)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    print(f"device: {name}; {args.dtype} parameters; copy bandwidth {copy_gbps:.1f} GB/s; torch {torch.__version__}")
+    rows = []
+    for size in args.sizes:
+        rows += bench(size, args.small, dtype, device, args.repeats, args.only)
+    print(f"\n{'size':8} {'optimizer':24} {'ms':>9} {'GB/s':>7} {'% copy':>7} {'/ adamw fused':>14}")
+    for r in rows:
+        ratio = f"{r['ratio_to_adamw_fused']:.3f}" if r["ratio_to_adamw_fused"] else "-"
+        print(f"{r['size']:8} {r['optimizer']:24} {r['ms']:9.2f} {r['gbps']:7.1f} {100 * r['gbps'] / copy_gbps:6.0f}% {ratio:>14}")
+    result = dict(device=name, dtype=args.dtype, small=args.small, torch=torch.__version__, copy_gbps=copy_gbps, rows=rows)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"\nwrote {args.json}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
