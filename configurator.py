@@ -1,0 +1,195 @@
+"""Training configuration: one typed dataclass of defaults, config files, command-line overrides.
+
+    python train.py [config/file.py ...] [--key=value ...]
+
+Config files are plain Python assignments, as in nanoGPT. Precedence: defaults < files (in order)
+< command line. Every key is checked: an unknown key is an error that suggests the closest valid
+one, and a value is coerced only where that is safe (an int for a float, 1e5 for an int).
+
+The defaults are the embedded run: `python train.py` with no arguments trains a small GPT with
+AdamS on the Python standard library's own source, on any machine, offline, in a few minutes.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import math
+import runpy
+import types
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from errors import UserError
+
+
+@dataclass
+class TrainConfig:
+    # I/O
+    out_dir: str = "out"  # checkpoints, config.json and metrics.jsonl go here
+    eval_interval: int = 200  # iterations between evaluations (and checkpoints)
+    log_interval: int = 10  # iterations between log lines; 1 logs every iteration
+    eval_iters: int = 20  # batches per evaluation (the same batches every time)
+    eval_only: bool = False  # evaluate once and exit
+    always_save_checkpoint: bool = True  # save at every eval, not only when val loss improves
+    init_from: str = "scratch"  # 'scratch', 'resume' (from out_dir) or a GPT-2 name / local HF directory
+    # wandb
+    wandb_log: bool = False  # also log to Weights & Biases (honours WANDB_MODE=offline)
+    wandb_project: str = "adams-gpt"  # wandb project name
+    wandb_run_name: str = "run"  # wandb run name
+    # data
+    dataset: str = "pystdlib"  # folder under data_dir holding train.bin and val.bin
+    data_dir: str = "data"  # relative paths are taken from the repository root
+    gradient_accumulation_steps: int = 1  # micro-steps per iteration, summed over all ranks
+    batch_size: int = 16  # sequences per micro-step per rank
+    block_size: int = 128  # tokens per sequence
+    # model
+    n_layer: int = 4  # transformer blocks
+    n_head: int = 4  # attention heads per block
+    n_embd: int = 128  # width of the residual stream
+    dropout: float = 0.0  # 0 for pretraining; try 0.1+ for fine-tuning
+    bias: bool = False  # biases in Linear and LayerNorm layers (GPT-2 has them)
+    # optimizer
+    optimizer: str = "adams"  # a name from optim.OPTIMIZERS
+    learning_rate: float = 3e-3  # peak learning rate
+    max_iters: int = 1200  # total iterations
+    weight_decay: float = 0.1  # decoupled; matrices and embeddings only
+    beta1: float = 0.9  # momentum coefficient (AdamW, AdamS, Adam-mini, Lion)
+    beta2: float = 0.95  # second-moment coefficient; AdamS: the old momentum's weight in v (keep < 0.99)
+    eps: float = 1e-8  # for optimizers that take one
+    bias_correction: bool = True  # AdamS: divide the momentum by 1 - beta1^t (the authors' code)
+    implementation: str = "auto"  # 'auto', 'loop', 'foreach' or 'fused' where the optimizer has them
+    grad_clip: float = 1.0  # clip the gradient's global norm to this; 0 disables
+    # learning rate schedule: linear warmup, then cosine to min_lr
+    decay_lr: bool = True  # False keeps learning_rate constant
+    warmup_iters: int = 100  # linear warmup from ~0 to learning_rate
+    lr_decay_iters: int = 1200  # ~ max_iters, per Chinchilla
+    min_lr: float = 3e-4  # ~ learning_rate / 10, per Chinchilla and the AdamS paper
+    # system
+    backend: str = "auto"  # DDP backend: 'nccl', 'gloo', or 'auto' (nccl on CUDA, gloo on CPU)
+    device: str = "auto"  # 'cpu', 'cuda', 'cuda:N', 'mps', or 'auto'
+    dtype: str = "auto"  # 'float32', 'bfloat16', 'float16', or 'auto' (bf16 on GPUs that have it, else fp32)
+    compile: bool = False  # torch.compile the model (worth it on GPUs, slow to start on CPUs)
+    seed: int = 1337  # model init and every batch derive from it
+
+
+CHOICES = {
+    "optimizer": None,  # filled from the registry in check()
+    "implementation": ("auto", "loop", "foreach", "fused"),
+    "backend": ("auto", "nccl", "gloo"),
+    "dtype": ("auto", "float32", "bfloat16", "float16"),
+}
+
+
+def _field_types() -> dict[str, type]:
+    return {f.name: type(f.default) for f in fields(TrainConfig)}
+
+
+def _closest(key: str) -> str:
+    match = difflib.get_close_matches(key, _field_types(), n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def coerce(key: str, value, source: str):
+    """``value`` as the type of field ``key``, or a UserError naming the key and the source."""
+    types_ = _field_types()
+    if key not in types_:
+        raise UserError(f"unknown config key '{key}' in {source}{_closest(key)}")
+    want = types_[key]
+    if want is bool and isinstance(value, bool):
+        return value
+    if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if want is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if want is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if want is str and isinstance(value, str):
+        return value
+    raise UserError(f"config key '{key}' in {source} must be {want.__name__}, got {value!r}")
+
+
+def parse_cli_value(key: str, text: str):
+    """A command-line string as a Python value: literals where they parse, else the string."""
+    want = _field_types().get(key)
+    if want is bool and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if want is str:
+        return text
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def load(argv: list[str]) -> TrainConfig:
+    """Defaults, then each config file, then each --key=value, in the order given."""
+    values: dict = {}
+    for arg in argv:
+        if arg.startswith("--"):
+            key, eq, text = arg[2:].partition("=")
+            if not eq:
+                raise UserError(f"command-line override '{arg}' needs a value: write --{key}=VALUE")
+            key = key.replace("-", "_")
+            values[key] = coerce(key, parse_cli_value(key, text), "the command line")
+        else:
+            values.update(read_config_file(arg))
+    return TrainConfig(**values)
+
+
+def read_config_file(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file '{path}' does not exist; pass a path like config/train_gpt2_small_adams.py")
+    try:
+        namespace = runpy.run_path(str(p))
+    except Exception as e:  # a config file is user code: report its error in one line
+        raise UserError(f"config file '{path}' failed to run: {type(e).__name__}: {e}") from e
+    out = {}
+    for key, value in namespace.items():
+        if key.startswith("_") or isinstance(value, (types.ModuleType, types.FunctionType, type)):
+            continue
+        out[key] = coerce(key, value, f"config file '{path}'")
+    return out
+
+
+def check(cfg: TrainConfig, world_size: int = 1) -> None:
+    """Cross-field checks, before anything is built; each failure names the fields and a fix."""
+    from optim import OPTIMIZERS
+
+    choices = dict(CHOICES, optimizer=tuple(OPTIMIZERS))
+    for key, allowed in choices.items():
+        if getattr(cfg, key) not in allowed:
+            raise UserError(f"{key}='{getattr(cfg, key)}' is not one of: {', '.join(allowed)}")
+    positive = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps", "batch_size",
+                "block_size", "n_layer", "n_head", "n_embd")
+    for key in positive:
+        if getattr(cfg, key) < 1:
+            raise UserError(f"{key} must be at least 1, got {getattr(cfg, key)}")
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters"):
+        if getattr(cfg, key) < 0:
+            raise UserError(f"{key} must be >= 0, got {getattr(cfg, key)}")
+    for key in ("learning_rate", "min_lr", "weight_decay", "eps", "grad_clip"):
+        value = getattr(cfg, key)
+        if not (math.isfinite(value) and value >= 0):
+            raise UserError(f"{key} must be a finite number >= 0, got {value}")
+    for key in ("beta1", "beta2"):
+        if not 0 <= getattr(cfg, key) < 1:
+            raise UserError(f"{key} must be in [0, 1), got {getattr(cfg, key)}")
+    if not 0 <= cfg.dropout < 1:
+        raise UserError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.n_embd % cfg.n_head:
+        raise UserError(f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}; pick n_embd a multiple of n_head")
+    if cfg.decay_lr and cfg.warmup_iters > cfg.lr_decay_iters:
+        raise UserError(f"warmup_iters={cfg.warmup_iters} is longer than lr_decay_iters={cfg.lr_decay_iters}; "
+                        "make warmup shorter than the decay")
+    if cfg.min_lr > cfg.learning_rate:
+        raise UserError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}; set min_lr <= learning_rate")
+    if cfg.gradient_accumulation_steps % world_size:
+        raise UserError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not divisible by the "
+                        f"world size {world_size}; make it a multiple of the number of processes")
+
+
+def as_dict(cfg: TrainConfig) -> dict:
+    return dataclasses.asdict(cfg)

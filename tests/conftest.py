@@ -1,0 +1,34 @@
+"""Shared fixtures: a small real-text dataset written with our token-file writer, a tiny config."""
+
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from configurator import TrainConfig
+from tokens import write_tokens
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """data_dir holding dataset 'tiny': ~200 KB of standard-library source as byte tokens."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    text = b"".join((stdlib / name).read_bytes() for name in ("json/encoder.py", "json/decoder.py", "textwrap.py", "bisect.py", "heapq.py"))
+    tokens = np.frombuffer(text, dtype=np.uint8)
+    root = tmp_path_factory.mktemp("data")
+    split = int(0.9 * len(tokens))
+    write_tokens(root / "tiny" / "train.bin", tokens[:split], vocab_size=256)
+    write_tokens(root / "tiny" / "val.bin", tokens[split:], vocab_size=256)
+    return root
+
+
+def tiny_config(data_dir: Path, out_dir: Path, **overrides) -> TrainConfig:
+    """A model and run small enough for a few seconds of CPU."""
+    values = dict(
+        dataset="tiny", data_dir=str(data_dir), out_dir=str(out_dir), n_layer=2, n_head=2, n_embd=32, block_size=32,
+        batch_size=8, max_iters=20, eval_interval=10, eval_iters=4, log_interval=1, warmup_iters=2,
+        lr_decay_iters=20, learning_rate=3e-3, min_lr=3e-4, device="cpu", dtype="float32",
+    )
+    values.update(overrides)
+    return TrainConfig(**values)

@@ -1,0 +1,26 @@
+"""The README matches the code: every config key with its default, and every file it names."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+from configurator import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+
+
+def test_config_table_lists_every_key_with_its_default():
+    table = README[README.index("<!-- config-table"):README.index("<!-- /config-table -->")]
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", table, flags=re.M))
+    fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    assert set(rows) == set(fields)
+    for key, default in fields.items():
+        assert eval(rows[key]) == default, f"README says {key} = {rows[key]}, the code says {default!r}"
+
+
+def test_files_the_readme_names_exist():
+    for path in re.findall(r"`((?:config|scripts|data|tests|optim)/[\w./]+\.py)`", README):
+        assert (REPO / path).is_file(), path
+    for path in re.findall(r"train\.py (config/[\w.]+\.py)", README):
+        assert (REPO / path).is_file(), path

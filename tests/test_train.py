@@ -1,0 +1,139 @@
+"""The training loop end to end on CPU: every optimizer, the schedule, batches, errors, DDP."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import checkpoint
+import train
+from configurator import TrainConfig
+from optim import OPTIMIZERS
+from tests.conftest import tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+# a learning rate that trains the tiny model for each optimizer (Lion wants ~10x less than AdamW)
+LR = {"adamw": 3e-3, "adams": 3e-3, "adam_mini": 3e-3, "lion": 2e-3, "sgd": 0.3, "adagrad": 3e-2, "rmsprop": 1e-3}
+
+
+def read_metrics(out_dir):
+    lines = [json.loads(line) for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if "grad_norm" in r], [r for r in lines if "val_loss" in r]
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "train.py", *args], cwd=REPO, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_lr_schedule_is_warmup_then_cosine():
+    cfg = TrainConfig(learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110)
+    assert train.get_lr(0, cfg) == pytest.approx(1 / 11)
+    assert train.get_lr(9, cfg) == pytest.approx(10 / 11)
+    assert train.get_lr(10, cfg) == pytest.approx(1.0)
+    assert train.get_lr(60, cfg) == pytest.approx(0.55)  # halfway: the mean of max and min
+    assert train.get_lr(110, cfg) == pytest.approx(0.1)
+    assert train.get_lr(10_000, cfg) == pytest.approx(0.1)
+    assert train.get_lr(5, TrainConfig(decay_lr=False, learning_rate=0.3)) == 0.3
+
+
+def test_batches_depend_only_on_seed_iteration_and_index():
+    tokens = np.arange(10_000, dtype=np.uint16)
+    args = dict(batch_size=4, block_size=16, vocab_size=10_000, device=torch.device("cpu"))
+    x1, y1 = train.get_batch(tokens, 1, train.TRAIN, 7, 3, **args)
+    x2, y2 = train.get_batch(tokens, 1, train.TRAIN, 7, 3, **args)
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert torch.equal(y1[:, :-1], x1[:, 1:])  # targets are the inputs shifted by one
+    assert not torch.equal(x1, train.get_batch(tokens, 1, train.TRAIN, 7, 4, **args)[0])
+    assert not torch.equal(x1, train.get_batch(tokens, 1, train.TRAIN, 8, 3, **args)[0])
+    assert not torch.equal(x1, train.get_batch(tokens, 1, train.EVAL_VAL, 7, 3, **args)[0])
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_every_optimizer_trains_logs_and_checkpoints(name, data_dir, tmp_path):
+    cfg = tiny_config(data_dir, tmp_path / name, optimizer=name, learning_rate=LR[name], min_lr=LR[name] / 10)
+    train.main(cfg)
+    train_lines, eval_lines = read_metrics(cfg.out_dir)
+    assert [r["iter"] for r in train_lines] == list(range(1, 21))
+    for r in train_lines:
+        assert {"iter", "tokens", "lr", "train_loss", "grad_norm", "elapsed_s"} <= set(r)
+        assert math.isfinite(r["train_loss"])
+    assert [r["iter"] for r in eval_lines] == [0, 10, 20]
+    assert train_lines[-1]["tokens"] == 20 * 8 * 32
+    # the loss falls: from ln(256) = 5.5 at the start, clearly lower after 20 steps
+    assert eval_lines[-1]["val_loss"] < eval_lines[0]["val_loss"] - 0.5, eval_lines
+    state = checkpoint.load(cfg.out_dir)
+    assert state["iter_num"] == 20 and state["config"]["optimizer"] == name
+    json.loads((Path(cfg.out_dir) / "config.json").read_text())
+
+
+def test_resume_continues_from_the_checkpoint(data_dir, tmp_path):
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=10, lr_decay_iters=20)
+    train.main(cfg)
+    resumed = tiny_config(data_dir, tmp_path / "run", max_iters=20, lr_decay_iters=20, init_from="resume")
+    train.main(resumed)
+    train_lines, _ = read_metrics(cfg.out_dir)
+    assert [r["iter"] for r in train_lines] == list(range(1, 21))
+    assert train_lines[10]["tokens"] == 11 * 8 * 32  # tokens seen carried over
+
+
+def test_bfloat16_autocast_and_float16_gradscaler_run_on_cpu(data_dir, tmp_path):
+    for dtype in ("bfloat16", "float16"):
+        cfg = tiny_config(data_dir, tmp_path / dtype, dtype=dtype, max_iters=4, eval_interval=4)
+        summary = train.main(cfg)
+        assert math.isfinite(summary["val_loss"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--learnig_rate=1e-3"], "error: unknown config key 'learnig_rate' in the command line (did you mean 'learning_rate'?)"),
+    (["--dataset=nope", "--out_dir=OUT"], "error: dataset folder"),
+    (["--optimizer=adamz"], "error: optimizer='adamz' is not one of: adamw, adams, lion, adam_mini, sgd, adagrad, rmsprop"),
+    (["--init_from=resume", "--out_dir=OUT"], "error: no checkpoint at"),
+])
+def test_user_errors_exit_non_zero_with_one_line(args, message, tmp_path):
+    args = [a.replace("OUT", str(tmp_path / "out")) for a in args]
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(message)
+    assert "Traceback" not in result.stderr
+
+
+def test_fresh_run_refuses_to_overwrite_an_existing_run(data_dir, tmp_path):
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=2, eval_interval=2)
+    train.main(cfg)
+    before = (tmp_path / "run" / "ckpt.pt").read_bytes()
+    with pytest.raises(Exception, match="already holds a run; continue it with --init_from=resume"):
+        train.main(cfg)
+    assert (tmp_path / "run" / "ckpt.pt").read_bytes() == before
+
+
+def cli_args(cfg: TrainConfig) -> list[str]:
+    return [f"--{k}={v}" for k, v in vars(cfg).items()]
+
+
+def test_two_ddp_processes_match_one_process_with_twice_the_accumulation(data_dir, tmp_path):
+    common = dict(max_iters=6, eval_interval=6, gradient_accumulation_steps=2, optimizer="adams")
+    single = tiny_config(data_dir, tmp_path / "one", **common)
+    train.main(single)
+    ddp = tiny_config(data_dir, tmp_path / "two", **common)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *cli_args(ddp)],
+        cwd=REPO, capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, _ = read_metrics(single.out_dir)
+    two, _ = read_metrics(ddp.out_dir)
+    assert len(one) == len(two) == 6
+    for a, b in zip(one, two):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+    derived = json.loads((Path(ddp.out_dir) / "config.json").read_text())["derived"]
+    assert derived["world_size"] == 2 and derived["micro_steps_per_rank"] == 1

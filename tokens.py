@@ -1,0 +1,110 @@
+"""Token files: one format for every dataset.
+
+Layout (little-endian): a 32-byte header, then the tokens.
+
+    magic    8 bytes  b"ADAMSTOK"
+    version  uint32   1
+    itemsize uint32   2 (uint16 tokens) or 4 (uint32, when the vocabulary needs it)
+    vocab    uint32   vocabulary size; every token is < vocab
+    (pad)    4 bytes
+    count    uint64   number of tokens
+
+Writers write to ``NAME.tmp`` and rename when complete, so an interrupted write never leaves a
+complete-looking file. The reader checks the header against the file's size, so a truncated or
+foreign file is a clear error naming the file, never silent garbage.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from errors import UserError
+
+MAGIC = b"ADAMSTOK"
+VERSION = 1
+HEADER = struct.Struct("<8sIII4xQ")
+assert HEADER.size == 32
+
+
+def dtype_for(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+class TokenWriter:
+    """Append token arrays to a token file; it appears under its name only when closed cleanly.
+
+        with TokenWriter("data/x/train.bin", vocab_size=256) as w:
+            w.write(np.frombuffer(b"hello", dtype=np.uint8))
+    """
+
+    def __init__(self, path: str | os.PathLike, vocab_size: int):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.vocab_size = vocab_size
+        self.dtype = dtype_for(vocab_size)
+        self.count = 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.tmp, "wb")
+        self.file.write(b"\0" * HEADER.size)  # the real header is written on close
+
+    def write(self, tokens) -> None:
+        tokens = np.asarray(tokens)
+        if tokens.size and int(tokens.max()) >= self.vocab_size:
+            raise ValueError(f"token id {int(tokens.max())} is >= vocab_size {self.vocab_size} in {self.path}")
+        self.file.write(tokens.astype(self.dtype, copy=False).tobytes())
+        self.count += tokens.size
+
+    def close(self) -> None:
+        self.file.seek(0)
+        self.file.write(HEADER.pack(MAGIC, VERSION, self.dtype.itemsize, self.vocab_size, self.count))
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        self.abort() if exc_type else self.close()
+
+
+def write_tokens(path, tokens, vocab_size: int) -> None:
+    with TokenWriter(path, vocab_size) as w:
+        w.write(tokens)
+
+
+def read_header(path: Path) -> tuple[int, int, int]:
+    """(itemsize, vocab_size, count) of a token file, after checking it is whole and ours."""
+    if not path.is_file():
+        raise UserError(f"token file {path} does not exist; run the dataset's prepare.py first")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        raw = f.read(HEADER.size)
+    if len(raw) < HEADER.size or raw[:8] != MAGIC:
+        raise UserError(f"{path} is not a token file (bad magic); regenerate it with the dataset's prepare.py")
+    _, version, itemsize, vocab, count = HEADER.unpack(raw)
+    if version != VERSION:
+        raise UserError(f"{path} has token-file version {version}, this code reads {VERSION}; regenerate it")
+    if itemsize not in (2, 4) or np.dtype(f"<u{itemsize}") != dtype_for(vocab).newbyteorder("<"):
+        raise UserError(f"{path} stores {itemsize}-byte tokens, wrong for vocab size {vocab}; regenerate it")
+    if size != HEADER.size + count * itemsize:
+        raise UserError(f"{path} is {size} bytes but its header promises {count} tokens "
+                        f"({HEADER.size + count * itemsize} bytes): it is truncated or corrupt; regenerate it")
+    return itemsize, vocab, count
+
+
+def read_tokens(path: str | os.PathLike) -> tuple[np.memmap, int]:
+    """The tokens of a file (memory-mapped, read-only) and its vocabulary size."""
+    path = Path(path)
+    itemsize, vocab, count = read_header(path)
+    tokens = np.memmap(path, dtype=f"<u{itemsize}", mode="r", offset=HEADER.size, shape=(count,))
+    return tokens, vocab

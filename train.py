@@ -1,0 +1,342 @@
+"""Pretrain a GPT with AdamS, AdamW, Lion, Adam-mini or the paper's baselines.
+
+One process (CPU, CUDA, MPS):
+    python train.py                                       # the embedded default: minutes on a laptop
+    python train.py config/train_gpt2_small_adams.py --batch_size=8
+
+DDP on one node of 8 GPUs:
+    torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_small_adams.py
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import checkpoint
+import configurator
+import distributed
+from configurator import TrainConfig
+from errors import UserError
+from model import GPT, GPTConfig
+from optim import build_optimizer, hyperparameters
+from tokens import read_tokens
+
+REPO = Path(__file__).resolve().parent
+TRAIN, EVAL_VAL, EVAL_TRAIN = 0, 1, 2  # independent random streams for batch sampling
+
+# Dense bf16/fp16 tensor-core peak FLOP/s, from the vendors' data sheets, for the MFU estimate.
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
+
+
+def get_lr(it: int, cfg: TrainConfig) -> float:
+    """Linear warmup to learning_rate, then cosine decay to min_lr at lr_decay_iters."""
+    if not cfg.decay_lr:
+        return cfg.learning_rate
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if it >= cfg.lr_decay_iters:
+        return cfg.min_lr
+    progress = (it - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+
+
+def get_batch(tokens: np.ndarray, seed: int, stream: int, it: int, index: int, batch_size: int, block_size: int,
+              vocab_size: int, device: torch.device):
+    """Micro-batch ``index`` of iteration ``it``: random windows drawn from a generator seeded by
+    (seed, stream, it, index) alone, so an iteration's tokens do not depend on how its
+    micro-batches are split across ranks, and a resumed run sees the same batches."""
+    rng = np.random.default_rng([seed, stream, it, index])
+    starts = rng.integers(0, len(tokens) - block_size, size=batch_size)
+    windows = np.stack([tokens[s : s + block_size + 1] for s in starts]).astype(np.int64)
+    if windows.max() >= vocab_size:
+        raise UserError(f"the data holds token id {windows.max()} but the model's vocabulary is {vocab_size}; "
+                        "the token file does not belong to this model")
+    x, y = (torch.from_numpy(np.ascontiguousarray(w)) for w in (windows[:, :-1], windows[:, 1:]))
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+def load_data(cfg: TrainConfig) -> dict[str, np.ndarray]:
+    folder = Path(cfg.data_dir)
+    folder = (folder if folder.is_absolute() else REPO / folder) / cfg.dataset
+    if cfg.dataset == "pystdlib" and not (folder / "train.bin").exists():
+        sys.path.insert(0, str(REPO / "data" / "pystdlib"))
+        from prepare import prepare  # the embedded dataset is built on first use
+
+        print(f"preparing the embedded dataset in {folder} (once)...")
+        prepare(folder)
+    if not folder.is_dir():
+        raise UserError(f"dataset folder {folder} does not exist; run python data/{cfg.dataset}/prepare.py first")
+    data, vocabs = {}, set()
+    for split in ("train", "val"):
+        data[split], vocab = read_tokens(folder / f"{split}.bin")
+        vocabs.add(vocab)
+        if len(data[split]) <= cfg.block_size + 1:
+            raise UserError(f"{folder / f'{split}.bin'} has {len(data[split])} tokens, too few for block_size="
+                            f"{cfg.block_size}; lower block_size or prepare more data")
+    if len(vocabs) != 1:
+        raise UserError(f"train.bin and val.bin in {folder} have different vocabularies {sorted(vocabs)}; regenerate them")
+    data["vocab_size"] = vocabs.pop()
+    return data
+
+
+def decode(ids: list[int], vocab_size: int) -> str:
+    if vocab_size <= 256:
+        return bytes(ids).decode("utf-8", errors="replace")
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding("gpt2").decode(ids)
+    except Exception:  # no tokenizer files offline: show the ids
+        return " ".join(map(str, ids))
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
+
+
+def build_model(cfg: TrainConfig, data_vocab: int, resume_state: dict | None) -> GPT:
+    if resume_state is not None:
+        model = GPT(GPTConfig(**resume_state["model_args"]))
+        model.load_state_dict(checkpoint.clean_state_dict(resume_state["model"]))
+        return model
+    if cfg.init_from == "scratch":
+        vocab = data_vocab if data_vocab <= 256 else 64 * math.ceil(data_vocab / 64)  # pad for fast matmuls
+        return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=vocab, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                             n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias))
+    try:
+        model = GPT.from_pretrained(cfg.init_from, dropout=cfg.dropout)
+    except OSError as e:
+        raise UserError(f"init_from='{cfg.init_from}' is neither 'scratch', 'resume', nor a GPT-2 name or local "
+                        f"Hugging Face directory that can be loaded here ({e.__class__.__name__})") from e
+    if cfg.block_size > model.config.block_size:
+        raise UserError(f"block_size={cfg.block_size} is longer than {cfg.init_from}'s {model.config.block_size}")
+    if cfg.block_size < model.config.block_size:
+        model.crop_block_size(cfg.block_size)
+    for key in ("n_layer", "n_head", "n_embd", "bias"):
+        setattr(cfg, key, getattr(model.config, key))  # the checkpoint decides the architecture
+    return model
+
+
+def optimizer_kwargs(cfg: TrainConfig) -> dict:
+    """The config's optimizer settings that the chosen optimizer takes (SGD has no betas, ...)."""
+    candidates = dict(lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
+                      eps=cfg.eps, bias_correction=cfg.bias_correction)
+    accepted = hyperparameters(cfg.optimizer)
+    return {k: v for k, v in candidates.items() if k in accepted}
+
+
+def main(cfg: TrainConfig) -> dict:
+    dist_ = distributed.setup(cfg.backend, cfg.device)
+    try:
+        return train(cfg, dist_)
+    finally:
+        distributed.teardown()
+
+
+def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
+    configurator.check(cfg, dist_.world_size)
+    device = dist_.device
+    out_dir = Path(cfg.out_dir)
+    metrics_path = out_dir / "metrics.jsonl"
+    resume_state = checkpoint.load(out_dir) if cfg.init_from == "resume" else None
+    if cfg.init_from != "resume" and ((out_dir / checkpoint.NAME).exists() or metrics_path.exists()):
+        raise UserError(f"out_dir '{out_dir}' already holds a run; continue it with --init_from=resume, "
+                        "or choose another --out_dir")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / ".write_test").touch()
+        (out_dir / ".write_test").unlink()
+    except OSError as e:
+        raise UserError(f"out_dir '{out_dir}' is not writable ({e.strerror}); choose another --out_dir") from e
+
+    if device.type == "cpu":
+        torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
+    torch.manual_seed(cfg.seed)  # same initial weights on every rank
+    data = load_data(cfg)
+    model = build_model(cfg, data["vocab_size"], resume_state).to(device)
+    if data["vocab_size"] > model.config.vocab_size:
+        raise UserError(f"the dataset's vocabulary ({data['vocab_size']}) is larger than the model's "
+                        f"({model.config.vocab_size}); this checkpoint cannot read this data")
+    if cfg.block_size > model.config.block_size:
+        raise UserError(f"block_size={cfg.block_size} is longer than the checkpoint's {model.config.block_size}")
+    torch.manual_seed(cfg.seed + dist_.rank)  # dropout differs across ranks
+
+    dtype = cfg.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    ptdtype = getattr(torch, dtype)
+    autocast = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=ptdtype)
+    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
+
+    optimizer = build_optimizer(cfg.optimizer, model, implementation=cfg.implementation, **optimizer_kwargs(cfg))
+    start_iter, tokens_seen, best_val = 0, 0, float("inf")
+    if resume_state is not None:
+        optimizer.load_state_dict(resume_state["optimizer"])
+        scaler.load_state_dict(resume_state["scaler"])
+        start_iter, tokens_seen, best_val = resume_state["iter_num"], resume_state["tokens"], resume_state["best_val_loss"]
+        resume_state = None  # free it
+
+    raw_model = model
+    if cfg.compile:
+        model = torch.compile(model)
+    if dist_.world_size > 1:
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
+    tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
+    peak = peak_flops(device)
+    if dist_.is_main:
+        derived = dict(tokens_per_iter=tokens_per_iter, parameters=raw_model.num_params(), world_size=dist_.world_size,
+                       micro_steps_per_rank=micro_steps, device=str(device), dtype=dtype)
+        (out_dir / "config.json").write_text(json.dumps(dict(config=configurator.as_dict(cfg), derived=derived), indent=2))
+        print("config:", json.dumps(configurator.as_dict(cfg)))
+        print(f"{raw_model.num_params():,} parameters (without position embeddings); {tokens_per_iter:,} tokens per "
+              f"iteration = {cfg.gradient_accumulation_steps} accumulation x {cfg.batch_size} batch x "
+              f"{cfg.block_size} tokens, {micro_steps} micro-steps on each of {dist_.world_size} rank(s); "
+              f"{device}, {dtype}")
+
+    wandb_run = None
+    if cfg.wandb_log and dist_.is_main:
+        import wandb
+
+        wandb_run = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=configurator.as_dict(cfg))
+
+    def log(record: dict) -> None:
+        if not dist_.is_main:
+            return
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if wandb_run is not None:
+            wandb_run.log(record, step=record["iter"])
+
+    @torch.no_grad()
+    def evaluate() -> dict[str, float]:
+        """Mean loss over the same eval_iters batches every time; each rank computes its share."""
+        model.eval()
+        out = {}
+        for split, stream in (("val", EVAL_VAL), ("train", EVAL_TRAIN)):
+            total = torch.zeros((), device=device, dtype=torch.float64)
+            for k in range(dist_.rank, cfg.eval_iters, dist_.world_size):
+                x, y = get_batch(data[split], cfg.seed, stream, 0, k, cfg.batch_size, cfg.block_size,
+                                 raw_model.config.vocab_size, device)
+                with autocast:
+                    _, loss = model(x, y)
+                total += loss.double()
+            out[split] = distributed.all_reduce_sum(total).item() / cfg.eval_iters
+        model.train()
+        return out
+
+    def save(it: int) -> None:
+        if dist_.is_main:
+            checkpoint.save(out_dir, dict(
+                model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
+                iter_num=it, tokens=tokens_seen, best_val_loss=best_val, config=configurator.as_dict(cfg),
+                model_args=vars(raw_model.config).copy(),
+            ))
+        distributed.barrier()
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=cfg.max_iters, initial=start_iter, disable=not dist_.is_main, dynamic_ncols=True,
+               mininterval=1.0, desc=cfg.optimizer)
+    start_time = time.time()
+    window_start, window_tokens, clipped = time.time(), 0, 0
+    params = [p for p in raw_model.parameters() if p.requires_grad]
+    summary = {}
+    model.train()
+    for it in range(start_iter, cfg.max_iters + 1):
+        if it % cfg.eval_interval == 0 or it == cfg.max_iters or cfg.eval_only:
+            evals = evaluate()
+            record = dict(iter=it, tokens=tokens_seen, lr=get_lr(it, cfg), val_loss=evals["val"],
+                          train_loss=evals["train"], elapsed_s=time.time() - start_time)
+            log(record)
+            summary.update(val_loss=evals["val"], eval_train_loss=evals["train"], iter=it)
+            bar.write(f"iter {it}: val loss {evals['val']:.4f}, train loss {evals['train']:.4f}")
+            if it > 0 and (evals["val"] < best_val or cfg.always_save_checkpoint):
+                best_val = min(best_val, evals["val"])
+                save(it)
+        if it == cfg.max_iters or cfg.eval_only:
+            break
+
+        lr = get_lr(it, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(micro_steps):
+            index = micro * dist_.world_size + dist_.rank  # global micro-batch index
+            x, y = get_batch(data["train"], cfg.seed, TRAIN, it, index, cfg.batch_size, cfg.block_size,
+                             raw_model.config.vocab_size, device)
+            if dist_.world_size > 1:
+                model.require_backward_grad_sync = micro == micro_steps - 1  # sync only on the last micro-step
+            with autocast:
+                _, loss = model(x, y)
+                loss = loss / micro_steps  # DDP averages the ranks' gradients: the global mean
+            scaler.scale(loss).backward()
+            loss_sum += loss.detach()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        clipped += int(cfg.grad_clip > 0 and grad_norm.item() > cfg.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        tokens_seen += tokens_per_iter
+        window_tokens += tokens_per_iter
+        bar.update(1)
+
+        done = it + 1
+        if done % cfg.log_interval == 0 or done == cfg.max_iters:
+            train_loss = distributed.all_reduce_sum(loss_sum).item() / dist_.world_size  # global batch mean
+            elapsed = time.time() - window_start
+            tokens_per_s = window_tokens / elapsed
+            mfu = raw_model.estimate_mfu(tokens_per_s, peak) if peak else None
+            steps_in_window = cfg.log_interval if done % cfg.log_interval == 0 else done % cfg.log_interval
+            record = dict(iter=done, tokens=tokens_seen, lr=lr, train_loss=train_loss, grad_norm=grad_norm.item(),
+                          clip_frac=clipped / steps_in_window, tokens_per_s=tokens_per_s, mfu=mfu,
+                          elapsed_s=time.time() - start_time)
+            log(record)
+            summary["train_loss"] = train_loss
+            postfix = dict(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+            if mfu is not None:
+                postfix["mfu"] = f"{100 * mfu:.1f}%"
+            bar.set_postfix(postfix)
+            window_start, window_tokens, clipped = time.time(), 0, 0
+    bar.close()
+
+    if dist_.is_main and not cfg.eval_only:
+        prompt = torch.tensor([[10]], device=device)  # a newline
+        sample = raw_model.eval().generate(prompt, 300, temperature=0.8, top_k=50,
+                                           generator=torch.Generator(device=device).manual_seed(cfg.seed))
+        print("\n--- sample ---\n" + decode(sample[0].tolist(), data["vocab_size"]) + "\n--------------")
+        print(f"metrics: {metrics_path}\ncheckpoint: {out_dir / checkpoint.NAME}\nconfig: {out_dir / 'config.json'}")
+    if wandb_run is not None:
+        wandb_run.finish()
+    return summary
+
+
+def cli(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        main(configurator.load(argv))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli(sys.argv[1:]))
