@@ -33,7 +33,9 @@ class TrainConfig:
     eval_iters: int = 20  # batches per evaluation (the same batches every time)
     eval_only: bool = False  # evaluate once and exit
     always_save_checkpoint: bool = True  # save at every eval, not only when val loss improves
-    init_from: str = "scratch"  # 'scratch', 'resume' (from out_dir) or a GPT-2 name / local HF directory
+    init_from: str = "scratch"  # 'scratch', 'resume' (out_dir's latest checkpoint), 'auto' (resume if there is one), or a GPT-2 name / local HF directory
+    keep_checkpoints: int = 2  # how many of the newest checkpoints to keep in out_dir/checkpoints
+    overwrite: bool = False  # let a fresh run delete the run already in out_dir
     # wandb
     wandb_log: bool = False  # also log to Weights & Biases (honours WANDB_MODE=offline)
     wandb_project: str = "adams-gpt"  # wandb project name
@@ -61,6 +63,8 @@ class TrainConfig:
     bias_correction: bool = True  # AdamS: divide the momentum by 1 - beta1^t (the authors' code)
     implementation: str = "auto"  # 'auto', 'loop', 'foreach' or 'fused' where the optimizer has them
     grad_clip: float = 1.0  # clip the gradient's global norm to this; 0 disables
+    nonfinite_policy: str = "skip"  # a NaN/Inf loss or gradient: 'skip' the step, or 'abort' the run
+    max_consecutive_skips: int = 10  # abort after this many skipped steps in a row
     # learning rate schedule: linear warmup, then cosine to min_lr
     decay_lr: bool = True  # False keeps learning_rate constant
     warmup_iters: int = 100  # linear warmup from ~0 to learning_rate
@@ -79,6 +83,7 @@ CHOICES = {
     "implementation": ("auto", "loop", "foreach", "fused"),
     "backend": ("auto", "nccl", "gloo"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
+    "nonfinite_policy": ("skip", "abort"),
 }
 
 
@@ -167,7 +172,9 @@ def check(cfg: TrainConfig, world_size: int = 1) -> None:
     for key in positive:
         if getattr(cfg, key) < 1:
             raise UserError(f"{key} must be at least 1, got {getattr(cfg, key)}")
-    for key in ("max_iters", "warmup_iters", "lr_decay_iters"):
+    if cfg.keep_checkpoints < 2:
+        raise UserError(f"keep_checkpoints must be at least 2 (one may be mid-write), got {cfg.keep_checkpoints}")
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "max_consecutive_skips"):
         if getattr(cfg, key) < 0:
             raise UserError(f"{key} must be >= 0, got {getattr(cfg, key)}")
     for key in ("learning_rate", "min_lr", "weight_decay", "eps", "grad_clip"):

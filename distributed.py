@@ -75,3 +75,12 @@ def barrier() -> None:
 def teardown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def all_gather_object(obj) -> list:
+    """``obj`` from every rank, in rank order (a one-element list without a process group)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import random
+import shutil
 import sys
 import time
 from contextlib import nullcontext
@@ -25,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import checkpoint
 import configurator
 import distributed
+import faults
 from configurator import TrainConfig
 from errors import UserError
 from model import GPT, GPTConfig
@@ -114,7 +118,7 @@ def build_model(cfg: TrainConfig, data_vocab: int, resume_state: dict | None) ->
         model = GPT(GPTConfig(**resume_state["model_args"]))
         model.load_state_dict(checkpoint.clean_state_dict(resume_state["model"]))
         return model
-    if cfg.init_from == "scratch":
+    if cfg.init_from in ("scratch", "auto"):  # auto with no checkpoint yet starts from scratch
         vocab = data_vocab if data_vocab <= 256 else 64 * math.ceil(data_vocab / 64)  # pad for fast matmuls
         return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=vocab, n_layer=cfg.n_layer, n_head=cfg.n_head,
                              n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias))
@@ -148,27 +152,70 @@ def main(cfg: TrainConfig) -> dict:
         distributed.teardown()
 
 
+def prepare_out_dir(cfg: TrainConfig, dist_: distributed.Dist) -> dict | None:
+    """Check out_dir, decide between resuming and starting fresh; return the checkpoint to resume."""
+    out_dir = Path(cfg.out_dir)
+    metrics_path = out_dir / "metrics.jsonl"
+    has_checkpoint = checkpoint.latest(out_dir) is not None
+    if cfg.init_from == "resume" or (cfg.init_from == "auto" and has_checkpoint):
+        return checkpoint.load(out_dir)
+    if (has_checkpoint or metrics_path.exists()) and not cfg.overwrite and cfg.init_from != "auto":
+        raise UserError(f"out_dir '{out_dir}' already holds a run; continue it with --init_from=resume, "
+                        "choose another --out_dir, or pass --overwrite=True to replace it")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write_test.{dist_.rank}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"out_dir '{out_dir}' is not writable ({e.strerror}); choose another --out_dir") from e
+    distributed.barrier()  # every rank has looked before rank 0 clears anything
+    if dist_.is_main:  # a fresh start: what is left here is a replaced run, or a log with no checkpoint
+        shutil.rmtree(out_dir / checkpoint.FOLDER, ignore_errors=True)
+        metrics_path.unlink(missing_ok=True)
+    distributed.barrier()
+    return None
+
+
+def rng_states(device: torch.device) -> dict:
+    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_states(state: dict, device: torch.device) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def truncate_metrics(path: Path, last_iter: int) -> None:
+    """Drop log lines past the checkpoint we resume from: those iterations will be run again."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["iter"] <= last_iter]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)
+
+
 def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     configurator.check(cfg, dist_.world_size)
     device = dist_.device
     out_dir = Path(cfg.out_dir)
     metrics_path = out_dir / "metrics.jsonl"
-    resume_state = checkpoint.load(out_dir) if cfg.init_from == "resume" else None
-    if cfg.init_from != "resume" and ((out_dir / checkpoint.NAME).exists() or metrics_path.exists()):
-        raise UserError(f"out_dir '{out_dir}' already holds a run; continue it with --init_from=resume, "
-                        "or choose another --out_dir")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / ".write_test").touch()
-        (out_dir / ".write_test").unlink()
-    except OSError as e:
-        raise UserError(f"out_dir '{out_dir}' is not writable ({e.strerror}); choose another --out_dir") from e
-
+    resume_state = prepare_out_dir(cfg, dist_)
     if device.type == "cpu":
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     data = load_data(cfg)
+    if resume_state is not None and resume_state["model_source"] == "scratch":
+        checkpoint.check_shape(resume_state, configurator.as_dict(cfg), f"the checkpoint in {out_dir}")
     model = build_model(cfg, data["vocab_size"], resume_state).to(device)
+    model_source = resume_state["model_source"] if resume_state else ("scratch" if cfg.init_from in ("scratch", "auto") else cfg.init_from)
     if data["vocab_size"] > model.config.vocab_size:
         raise UserError(f"the dataset's vocabulary ({data['vocab_size']}) is larger than the model's "
                         f"({model.config.vocab_size}); this checkpoint cannot read this data")
@@ -184,11 +231,21 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
 
     optimizer = build_optimizer(cfg.optimizer, model, implementation=cfg.implementation, **optimizer_kwargs(cfg))
-    start_iter, tokens_seen, best_val = 0, 0, float("inf")
+    start_iter, tokens_seen, best_val, skipped = 0, 0, float("inf"), 0
     if resume_state is not None:
         optimizer.load_state_dict(resume_state["optimizer"])
         scaler.load_state_dict(resume_state["scaler"])
-        start_iter, tokens_seen, best_val = resume_state["iter_num"], resume_state["tokens"], resume_state["best_val_loss"]
+        start_iter, tokens_seen = resume_state["iter_num"], resume_state["tokens"]
+        best_val, skipped = resume_state["best_val_loss"], resume_state["skipped_steps"]
+        ranks = resume_state["rng"]
+        if len(ranks) == dist_.world_size:
+            set_rng_states(ranks[dist_.rank], device)
+        elif dist_.is_main:
+            print(f"warning: the checkpoint has RNG states for {len(ranks)} ranks, this run has {dist_.world_size}; "
+                  "dropout masks will differ from an uninterrupted run (batches will not)")
+        if dist_.is_main:
+            truncate_metrics(metrics_path, start_iter)
+            print(f"resuming from iteration {start_iter} ({checkpoint.latest(out_dir)})")
         resume_state = None  # free it
 
     raw_model = model
@@ -242,12 +299,18 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
         return out
 
     def save(it: int) -> None:
+        if not all(torch.isfinite(p).all() for p in raw_model.parameters()):
+            raise UserError(f"iteration {it}: the parameters hold NaN/Inf; refusing to checkpoint them. "
+                            f"The last good checkpoint is {checkpoint.latest(out_dir)}")
+        rng = distributed.all_gather_object(rng_states(device))  # every rank's, for an exact resume
         if dist_.is_main:
-            checkpoint.save(out_dir, dict(
+            state = dict(
                 model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-                iter_num=it, tokens=tokens_seen, best_val_loss=best_val, config=configurator.as_dict(cfg),
-                model_args=vars(raw_model.config).copy(),
-            ))
+                iter_num=it, tokens=tokens_seen, best_val_loss=best_val, skipped_steps=skipped, rng=rng,
+                data_position=dict(seed=cfg.seed, iter=it),  # batches are a pure function of these
+                config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(), model_source=model_source,
+            )
+            checkpoint.save(out_dir, state, keep=cfg.keep_checkpoints, during_write=faults.save_hook(it))
         distributed.barrier()
 
     from tqdm import tqdm
@@ -255,76 +318,100 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     bar = tqdm(total=cfg.max_iters, initial=start_iter, disable=not dist_.is_main, dynamic_ncols=True,
                mininterval=1.0, desc=cfg.optimizer)
     start_time = time.time()
-    window_start, window_tokens, clipped = time.time(), 0, 0
+    window_start, window_tokens, clipped, consecutive_skips = time.time(), 0, 0, 0
     params = [p for p in raw_model.parameters() if p.requires_grad]
     summary = {}
     model.train()
-    for it in range(start_iter, cfg.max_iters + 1):
-        if it % cfg.eval_interval == 0 or it == cfg.max_iters or cfg.eval_only:
-            evals = evaluate()
-            record = dict(iter=it, tokens=tokens_seen, lr=get_lr(it, cfg), val_loss=evals["val"],
-                          train_loss=evals["train"], elapsed_s=time.time() - start_time)
-            log(record)
-            summary.update(val_loss=evals["val"], eval_train_loss=evals["train"], iter=it)
-            bar.write(f"iter {it}: val loss {evals['val']:.4f}, train loss {evals['train']:.4f}")
-            if it > 0 and (evals["val"] < best_val or cfg.always_save_checkpoint):
-                best_val = min(best_val, evals["val"])
-                save(it)
-        if it == cfg.max_iters or cfg.eval_only:
-            break
+    try:
+        for it in range(start_iter, cfg.max_iters + 1):
+            resumed_here = it == start_iter and start_iter > 0  # this eval and checkpoint already exist
+            if (it % cfg.eval_interval == 0 or it == cfg.max_iters or cfg.eval_only) and not resumed_here:
+                evals = evaluate()
+                record = dict(iter=it, tokens=tokens_seen, lr=get_lr(it, cfg), val_loss=evals["val"],
+                              train_loss=evals["train"], elapsed_s=time.time() - start_time)
+                log(record)
+                summary.update(val_loss=evals["val"], eval_train_loss=evals["train"], iter=it)
+                bar.write(f"iter {it}: val loss {evals['val']:.4f}, train loss {evals['train']:.4f}")
+                if it > 0 and not cfg.eval_only and (evals["val"] < best_val or cfg.always_save_checkpoint):
+                    best_val = min(best_val, evals["val"])
+                    save(it)
+            if it == cfg.max_iters or cfg.eval_only:
+                break
 
-        lr = get_lr(it, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss_sum = torch.zeros((), device=device)
-        for micro in range(micro_steps):
-            index = micro * dist_.world_size + dist_.rank  # global micro-batch index
-            x, y = get_batch(data["train"], cfg.seed, TRAIN, it, index, cfg.batch_size, cfg.block_size,
-                             raw_model.config.vocab_size, device)
-            if dist_.world_size > 1:
-                model.require_backward_grad_sync = micro == micro_steps - 1  # sync only on the last micro-step
-            with autocast:
-                _, loss = model(x, y)
-                loss = loss / micro_steps  # DDP averages the ranks' gradients: the global mean
-            scaler.scale(loss).backward()
-            loss_sum += loss.detach()
-        scaler.unscale_(optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-        clipped += int(cfg.grad_clip > 0 and grad_norm.item() > cfg.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        tokens_seen += tokens_per_iter
-        window_tokens += tokens_per_iter
-        bar.update(1)
+            faults.at_iteration_start(it)
+            lr = get_lr(it, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss_sum = torch.zeros((), device=device)
+            for micro in range(micro_steps):
+                index = micro * dist_.world_size + dist_.rank  # global micro-batch index
+                x, y = get_batch(data["train"], cfg.seed, TRAIN, it, index, cfg.batch_size, cfg.block_size,
+                                 raw_model.config.vocab_size, device)
+                if dist_.world_size > 1:
+                    model.require_backward_grad_sync = micro == micro_steps - 1  # sync only on the last micro-step
+                with autocast:
+                    _, loss = model(x, y)
+                    loss = faults.corrupt_loss(it, loss) / micro_steps  # DDP averages the ranks' gradients
+                scaler.scale(loss).backward()
+                loss_sum += loss.detach()
+            faults.corrupt_grad(it, raw_model)
+            scaler.unscale_(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+            # one sync per step: the global mean loss, and the norm (identical on every rank after DDP)
+            train_loss, norm = (distributed.all_reduce_sum(torch.stack([loss_sum, grad_norm.float()]))
+                                / dist_.world_size).tolist()
+            # With float16 the GradScaler owns overflowing gradients: it skips those steps itself.
+            if not math.isfinite(train_loss) or (not math.isfinite(norm) and not scaler.is_enabled()):
+                what = "loss" if not math.isfinite(train_loss) else "gradient norm"
+                consecutive_skips += 1
+                if cfg.nonfinite_policy == "abort" or consecutive_skips > cfg.max_consecutive_skips:
+                    reason = "nonfinite_policy='abort'" if cfg.nonfinite_policy == "abort" else \
+                        f"{consecutive_skips} non-finite steps in a row (max_consecutive_skips={cfg.max_consecutive_skips})"
+                    raise UserError(f"iteration {it}: the {what} is {train_loss if what == 'loss' else norm}; stopping "
+                                    f"({reason}). The last good checkpoint is {checkpoint.latest(out_dir)}: resume from "
+                                    "it with a lower learning_rate, or check the data")
+                skipped += 1
+                bar.write(f"iter {it}: the {what} is not finite; step skipped ({consecutive_skips} in a row)")
+                optimizer.zero_grad(set_to_none=True)
+                scaler.update()
+            else:
+                consecutive_skips = 0
+                clipped += int(cfg.grad_clip > 0 and norm > cfg.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+            tokens_seen += tokens_per_iter
+            window_tokens += tokens_per_iter
+            bar.update(1)
 
-        done = it + 1
-        if done % cfg.log_interval == 0 or done == cfg.max_iters:
-            train_loss = distributed.all_reduce_sum(loss_sum).item() / dist_.world_size  # global batch mean
-            elapsed = time.time() - window_start
-            tokens_per_s = window_tokens / elapsed
-            mfu = raw_model.estimate_mfu(tokens_per_s, peak) if peak else None
-            steps_in_window = cfg.log_interval if done % cfg.log_interval == 0 else done % cfg.log_interval
-            record = dict(iter=done, tokens=tokens_seen, lr=lr, train_loss=train_loss, grad_norm=grad_norm.item(),
-                          clip_frac=clipped / steps_in_window, tokens_per_s=tokens_per_s, mfu=mfu,
-                          elapsed_s=time.time() - start_time)
-            log(record)
-            summary["train_loss"] = train_loss
-            postfix = dict(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
-            if mfu is not None:
-                postfix["mfu"] = f"{100 * mfu:.1f}%"
-            bar.set_postfix(postfix)
-            window_start, window_tokens, clipped = time.time(), 0, 0
-    bar.close()
+            done = it + 1
+            if done % cfg.log_interval == 0 or done == cfg.max_iters:
+                elapsed = time.time() - window_start
+                tokens_per_s = window_tokens / elapsed
+                mfu = raw_model.estimate_mfu(tokens_per_s, peak) if peak else None
+                steps_in_window = cfg.log_interval if done % cfg.log_interval == 0 else done % cfg.log_interval
+                record = dict(iter=done, tokens=tokens_seen, lr=lr, train_loss=train_loss, grad_norm=norm,
+                              clip_frac=clipped / steps_in_window, skipped_steps=skipped, tokens_per_s=tokens_per_s,
+                              mfu=mfu, elapsed_s=time.time() - start_time)
+                log(record)
+                summary["train_loss"] = train_loss
+                postfix = dict(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+                if mfu is not None:
+                    postfix["mfu"] = f"{100 * mfu:.1f}%"
+                bar.set_postfix(postfix)
+                window_start, window_tokens, clipped = time.time(), 0, 0
+    finally:
+        bar.close()  # before any error message, so that message is the last line
 
     if dist_.is_main and not cfg.eval_only:
         prompt = torch.tensor([[10]], device=device)  # a newline
         sample = raw_model.eval().generate(prompt, 300, temperature=0.8, top_k=50,
                                            generator=torch.Generator(device=device).manual_seed(cfg.seed))
         print("\n--- sample ---\n" + decode(sample[0].tolist(), data["vocab_size"]) + "\n--------------")
-        print(f"metrics: {metrics_path}\ncheckpoint: {out_dir / checkpoint.NAME}\nconfig: {out_dir / 'config.json'}")
+        print(f"metrics: {metrics_path}\ncheckpoint: {checkpoint.latest(out_dir)}\nconfig: {out_dir / 'config.json'}")
     if wandb_run is not None:
         wandb_run.finish()
+    summary["skipped_steps"] = skipped
     return summary
 
 

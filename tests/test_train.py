@@ -14,6 +14,7 @@ import torch
 import checkpoint
 import train
 from configurator import TrainConfig
+from errors import UserError
 from optim import OPTIMIZERS
 from tests.conftest import tiny_config
 
@@ -94,7 +95,7 @@ def test_bfloat16_autocast_and_float16_gradscaler_run_on_cpu(data_dir, tmp_path)
     (["--learnig_rate=1e-3"], "error: unknown config key 'learnig_rate' in the command line (did you mean 'learning_rate'?)"),
     (["--dataset=nope", "--out_dir=OUT"], "error: dataset folder"),
     (["--optimizer=adamz"], "error: optimizer='adamz' is not one of: adamw, adams, lion, adam_mini, sgd, adagrad, rmsprop"),
-    (["--init_from=resume", "--out_dir=OUT"], "error: no checkpoint at"),
+    (["--init_from=resume", "--out_dir=OUT"], "error: no checkpoint in"),
 ])
 def test_user_errors_exit_non_zero_with_one_line(args, message, tmp_path):
     args = [a.replace("OUT", str(tmp_path / "out")) for a in args]
@@ -107,10 +108,11 @@ def test_user_errors_exit_non_zero_with_one_line(args, message, tmp_path):
 def test_fresh_run_refuses_to_overwrite_an_existing_run(data_dir, tmp_path):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=2, eval_interval=2)
     train.main(cfg)
-    before = (tmp_path / "run" / "ckpt.pt").read_bytes()
-    with pytest.raises(Exception, match="already holds a run; continue it with --init_from=resume"):
+    saved = checkpoint.latest(cfg.out_dir)
+    before = saved.read_bytes(), (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    with pytest.raises(UserError, match="already holds a run; continue it with --init_from=resume"):
         train.main(cfg)
-    assert (tmp_path / "run" / "ckpt.pt").read_bytes() == before
+    assert (saved.read_bytes(), (tmp_path / "run" / "metrics.jsonl").read_bytes()) == before
 
 
 def cli_args(cfg: TrainConfig) -> list[str]:

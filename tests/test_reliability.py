@@ -1,0 +1,312 @@
+"""Reliability: crash-safe checkpoints, bit-exact resume, the NaN guard, restarts, bad inputs."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import checkpoint
+import train
+from errors import UserError
+from optim import OPTIMIZERS
+from tests.conftest import tiny_config
+from tests.test_train import LR, cli_args, read_metrics
+from tokens import write_tokens
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def subprocess_env(faults: str = "") -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ADAMS_GPT_FAULTS")}
+    if faults:
+        env["ADAMS_GPT_FAULTS"] = faults
+    return env
+
+
+def run_train_process(cfg, faults: str = "", timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "train.py", *cli_args(cfg)], cwd=REPO, capture_output=True, text=True,
+                          env=subprocess_env(faults), timeout=timeout)
+
+
+def losses(out_dir) -> dict[int, float]:
+    return {r["iter"]: r["train_loss"] for r in read_metrics(out_dir)[0]}
+
+
+def assert_same_tensors(a, b, where="state"):
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same_tensors(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_tensors(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def assert_same_final_state(dir_a, dir_b):
+    a, b = checkpoint.load(dir_a), checkpoint.load(dir_b)
+    assert a["iter_num"] == b["iter_num"]
+    assert_same_tensors(a["model"], b["model"], "model")
+    assert_same_tensors(a["optimizer"], b["optimizer"], "optimizer")
+
+
+# --- checkpoint files ------------------------------------------------------------------------------
+
+def test_save_keeps_the_last_k_and_points_latest_at_the_newest(tmp_path):
+    for it in (10, 20, 30, 40):
+        checkpoint.save(tmp_path, {"iter_num": it, "model": {}, "model_args": {}}, keep=3)
+    assert [p.name for p in checkpoint.checkpoints(tmp_path)] == ["ckpt_00000020.pt", "ckpt_00000030.pt", "ckpt_00000040.pt"]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "ckpt_00000040.pt"
+    assert checkpoint.load(tmp_path)["iter_num"] == 40
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_leftover_temporary_files_and_a_missing_pointer_are_handled(tmp_path):
+    checkpoint.save(tmp_path, {"iter_num": 10, "model": {}, "model_args": {}})
+    folder = tmp_path / "checkpoints"
+    (folder / ".ckpt_00000020.pt.123.tmp").write_bytes(b"half a checkpoint")  # a crash mid-write
+    (folder / "latest").unlink()  # a crash between the rename and the pointer update
+    assert checkpoint.latest(tmp_path).name == "ckpt_00000010.pt"
+    assert checkpoint.load(tmp_path)["iter_num"] == 10
+
+
+def test_prefixes_from_compile_and_ddp_are_stripped():
+    state = {"_orig_mod.transformer.wte.weight": 1, "module._orig_mod.lm_head.weight": 2, "module.x": 3}
+    assert checkpoint.clean_state_dict(state) == {"transformer.wte.weight": 1, "lm_head.weight": 2, "x": 3}
+
+
+# --- bit-exact resume ----------------------------------------------------------------------------------
+
+def exact_config(data_dir, out_dir, name, **overrides):
+    values = dict(optimizer=name, learning_rate=LR[name], min_lr=LR[name] / 10, dropout=0.1,
+                  gradient_accumulation_steps=2, max_iters=8, eval_interval=4, lr_decay_iters=8)
+    values.update(overrides)
+    return tiny_config(data_dir, out_dir, **values)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_resume_in_a_new_process_is_bit_exact(name, data_dir, tmp_path):
+    whole = exact_config(data_dir, tmp_path / "whole", name)
+    train.main(whole)
+    first_half = exact_config(data_dir, tmp_path / "halves", name, max_iters=4)
+    train.main(first_half)
+    second_half = exact_config(data_dir, tmp_path / "halves", name, init_from="resume")
+    result = run_train_process(second_half)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert losses(second_half.out_dir) == losses(whole.out_dir)  # exact floats, every iteration
+    assert_same_final_state(whole.out_dir, second_half.out_dir)
+
+
+def test_sigkill_during_a_checkpoint_write_then_resume_is_exact(data_dir, tmp_path):
+    whole = exact_config(data_dir, tmp_path / "whole", "adams", max_iters=12, lr_decay_iters=12)
+    train.main(whole)
+    killed = exact_config(data_dir, tmp_path / "killed", "adams", max_iters=12, lr_decay_iters=12, init_from="auto")
+    result = run_train_process(killed, faults="kill_in_save@8")
+    assert result.returncode == -signal.SIGKILL
+    folder = Path(killed.out_dir) / "checkpoints"
+    assert [p.name for p in checkpoint.checkpoints(killed.out_dir)] == ["ckpt_00000004.pt"]
+    assert any(p.name.endswith(".tmp") for p in folder.iterdir()), "the write was interrupted midway"
+    result = run_train_process(killed)  # init_from=auto resumes from iteration 4
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert losses(killed.out_dir) == losses(whole.out_dir)
+    assert_same_final_state(whole.out_dir, killed.out_dir)
+
+
+def test_sigkill_at_a_random_moment_then_resume_is_exact(data_dir, tmp_path):
+    whole = exact_config(data_dir, tmp_path / "whole", "adamw", max_iters=40, eval_interval=5, lr_decay_iters=40)
+    start = time.time()
+    train.main(whole)
+    duration = time.time() - start
+    victim = exact_config(data_dir, tmp_path / "victim", "adamw", max_iters=40, eval_interval=5, lr_decay_iters=40,
+                          init_from="auto")
+    proc = subprocess.Popen([sys.executable, "train.py", *cli_args(victim)], cwd=REPO, env=subprocess_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # process start-up (~3 s) plus a random point within the run
+    time.sleep(3.0 + random.Random(os.getpid()).uniform(0, duration))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    result = run_train_process(victim)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert losses(victim.out_dir) == losses(whole.out_dir)
+    assert_same_final_state(whole.out_dir, victim.out_dir)
+
+
+def test_torchrun_restart_after_a_crash_finishes_with_the_same_losses(data_dir, tmp_path):
+    # One worker: torchrun's restart and init_from=auto's resume are what is under test. (With two
+    # gloo workers, the restarted round's connectFullMesh failed or hung now and then on a loaded
+    # 2-core machine, inside init_process_group.)
+    common = dict(max_iters=8, eval_interval=4, lr_decay_iters=8, gradient_accumulation_steps=2, optimizer="adams",
+                  dropout=0.1)
+    single = tiny_config(data_dir, tmp_path / "single", **common)
+    train.main(single)
+    restarted = tiny_config(data_dir, tmp_path / "restarted", init_from="auto", **common)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "--max-restarts=1",
+         "train.py", *cli_args(restarted)], cwd=REPO, capture_output=True, text=True, env=subprocess_env("crash@6"),
+        timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "injected crash at iteration 6" in result.stderr  # it really crashed once
+    assert "resuming from iteration 4" in result.stdout
+    assert losses(restarted.out_dir) == losses(single.out_dir)
+    assert_same_final_state(single.out_dir, restarted.out_dir)
+
+
+# --- non-finite loss and gradients ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("fault", ["nan_loss", "inf_loss", "nan_grad", "inf_grad"])
+def test_a_nonfinite_step_is_skipped_and_changes_nothing(fault, data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ADAMS_GPT_FAULTS", f"{fault}@3")
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=4, eval_interval=3, keep_checkpoints=3)
+    summary = train.main(cfg)
+    assert summary["skipped_steps"] == 1
+    before = checkpoint.load_file(checkpoint.checkpoints(cfg.out_dir)[0])  # iteration 3, before the bad step
+    after = checkpoint.load(cfg.out_dir)  # iteration 4, after it
+    assert (before["iter_num"], after["iter_num"]) == (3, 4)
+    assert_same_tensors(before["model"], after["model"], "model")
+    # the optimizer's state, step counts included (param_groups' lr follows the schedule regardless)
+    assert_same_tensors(before["optimizer"]["state"], after["optimizer"]["state"], "optimizer")
+    train_lines, _ = read_metrics(cfg.out_dir)
+    assert [r["skipped_steps"] for r in train_lines] == [0, 0, 0, 1]
+
+
+def test_abort_policy_stops_with_the_iteration_and_saves_nothing_bad(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ADAMS_GPT_FAULTS", "nan_loss@5")
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=8, eval_interval=4, nonfinite_policy="abort")
+    with pytest.raises(UserError, match="iteration 5: the loss is nan; stopping \\(nonfinite_policy='abort'\\)"):
+        train.main(cfg)
+    assert [p.name for p in checkpoint.checkpoints(cfg.out_dir)] == ["ckpt_00000004.pt"]
+
+
+def test_too_many_consecutive_skips_abort(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ADAMS_GPT_FAULTS", "inf_grad@2,inf_grad@3,inf_grad@4")
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=8, max_consecutive_skips=2)
+    with pytest.raises(UserError, match="iteration 4: the gradient norm is .*3 non-finite steps in a row"):
+        train.main(cfg)
+
+
+# --- bad inputs: one clear line, exit code 2, nothing lost ---------------------------------------------
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    code = train.cli([str(a) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err[-1] if err else ""
+
+
+def base_args(data_dir, out_dir, **overrides):
+    cfg = tiny_config(data_dir, out_dir, max_iters=2, eval_interval=2, **overrides)
+    return cli_args(cfg)
+
+
+def make_dataset(root, name, train_tokens, val_tokens=None, vocab=256):
+    write_tokens(root / name / "train.bin", train_tokens, vocab)
+    write_tokens(root / name / "val.bin", train_tokens[:5000] if val_tokens is None else val_tokens, vocab)
+    return root
+
+
+def test_catalogue_unknown_key_in_a_config_file(tmp_path, capsys):
+    (tmp_path / "c.py").write_text("learnig_rate = 1e-3\n")
+    code, err = run_cli([tmp_path / "c.py"], capsys)
+    assert code == 2 and "unknown config key 'learnig_rate'" in err and "did you mean 'learning_rate'" in err
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("--learning_rate=-1", "learning_rate must be a finite number >= 0"),
+    ("--beta1=1.0", "beta1 must be in [0, 1)"),
+    ("--eps=-1e-8", "eps must be a finite number >= 0"),
+    ("--optimizer=adamz", "optimizer='adamz' is not one of"),
+    ("--batch_size=1.5", "must be int, got 1.5"),
+])
+def test_catalogue_invalid_values(arg, message, data_dir, tmp_path, capsys):
+    code, err = run_cli([*base_args(data_dir, tmp_path / "out"), arg], capsys)
+    assert code == 2 and message in err
+
+
+def test_catalogue_missing_dataset(data_dir, tmp_path, capsys):
+    code, err = run_cli([*base_args(data_dir, tmp_path / "out"), "--dataset=nowhere"], capsys)
+    assert code == 2 and "dataset folder" in err and "does not exist; run python data/nowhere/prepare.py" in err
+
+
+def test_catalogue_truncated_token_file(tmp_path, capsys):
+    root = make_dataset(tmp_path / "data", "cut", np.arange(20_000) % 256)
+    path = root / "cut" / "train.bin"
+    path.write_bytes(path.read_bytes()[:-7])
+    code, err = run_cli(base_args(root, tmp_path / "out", dataset="cut"), capsys)
+    assert code == 2 and "train.bin is" in err and "truncated or corrupt; regenerate it" in err
+
+
+@pytest.mark.parametrize("offset, value, message", [(0, b"NANOGPT!", "bad magic"), (12, (4).to_bytes(4, "little"), "stores 4-byte tokens")])
+def test_catalogue_wrong_magic_or_dtype(offset, value, message, tmp_path, capsys):
+    root = make_dataset(tmp_path / "data", "bad", np.arange(20_000) % 256)
+    path = root / "bad" / "val.bin"
+    raw = bytearray(path.read_bytes())
+    raw[offset:offset + len(value)] = value
+    path.write_bytes(bytes(raw))
+    code, err = run_cli(base_args(root, tmp_path / "out", dataset="bad"), capsys)
+    assert code == 2 and message in err
+
+
+def test_catalogue_token_id_beyond_the_vocabulary(tmp_path, capsys):
+    root = make_dataset(tmp_path / "data", "big", np.arange(20_000) % 256)
+    path = root / "big" / "train.bin"
+    raw = bytearray(path.read_bytes())
+    raw[32:] = np.full(20_000, 300, dtype=np.uint16).tobytes()  # ids the header's vocabulary forbids
+    path.write_bytes(bytes(raw))
+    code, err = run_cli(base_args(root, tmp_path / "out", dataset="big"), capsys)
+    assert code == 2 and "token id 300" in err and "vocabulary is 256" in err
+
+
+def test_catalogue_block_size_longer_than_the_validation_data(tmp_path, capsys):
+    root = make_dataset(tmp_path / "data", "short", np.arange(20_000) % 256, val_tokens=np.arange(20) % 256)
+    code, err = run_cli(base_args(root, tmp_path / "out", dataset="short"), capsys)
+    assert code == 2 and "val.bin has 20 tokens, too few for block_size=32" in err
+
+
+def test_catalogue_accumulation_not_divisible_by_world_size(data_dir, tmp_path, capsys, monkeypatch):
+    import configurator
+
+    with pytest.raises(UserError, match="gradient_accumulation_steps=3 is not divisible by the world size 2"):
+        configurator.check(tiny_config(data_dir, tmp_path, gradient_accumulation_steps=3), world_size=2)
+
+
+def test_catalogue_out_dir_not_writable(data_dir, tmp_path, capsys):
+    (tmp_path / "a_file").write_text("not a folder")
+    code, err = run_cli(base_args(data_dir, tmp_path / "a_file" / "out"), capsys)
+    assert code == 2 and "is not writable" in err and "choose another --out_dir" in err
+
+
+def test_catalogue_corrupted_checkpoint_is_refused_and_left_alone(data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_cli(base_args(data_dir, out), capsys)[0] == 0
+    path = checkpoint.latest(out)
+    path.write_bytes(path.read_bytes()[:1000])
+    before = path.read_bytes(), (out / "metrics.jsonl").read_bytes()
+    code, err = run_cli([*base_args(data_dir, out), "--init_from=resume", "--max_iters=4"], capsys)
+    assert code == 2 and f"checkpoint {path} is corrupt" in err
+    assert (path.read_bytes(), (out / "metrics.jsonl").read_bytes()) == before
+
+
+def test_catalogue_checkpoint_of_another_model_shape(data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_cli(base_args(data_dir, out), capsys)[0] == 0
+    code, err = run_cli([*base_args(data_dir, out, n_layer=3), "--init_from=resume"], capsys)
+    assert code == 2 and "has n_layer=2 but the config says n_layer=3; resume with --n_layer=2" in err
+
+
+def test_catalogue_fresh_run_over_an_existing_one_needs_overwrite(data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_cli(base_args(data_dir, out), capsys)[0] == 0
+    code, err = run_cli(base_args(data_dir, out), capsys)
+    assert code == 2 and "already holds a run" in err and "--overwrite=True" in err
+    assert run_cli([*base_args(data_dir, out), "--overwrite=True"], capsys)[0] == 0
+    assert [r["iter"] for r in read_metrics(out)[0]] == [1, 2]  # the old log was replaced, not appended to
