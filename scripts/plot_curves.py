@@ -1,0 +1,87 @@
+"""Figures 1 and 4 of the AdamS paper: validation-loss curves of several runs, from their metrics.jsonl.
+
+    python scripts/plot_curves.py out/train_gpt2_small_adamw out/train_gpt2_small_adams out/train_gpt2_small_lion
+    python scripts/plot_curves.py results/runs/optimizers/* --group optimizer --out results/optimizers
+
+Each argument is a run's out_dir. With ``--group KEY``, runs whose config agrees on KEY (e.g.
+``optimizer``) are drawn as one curve: the mean over seeds with a band of ± one standard deviation. Writes a PNG and a CSV of the plotted numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from pathlib import Path
+
+
+def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
+    config = json.loads((out_dir / "config.json").read_text())["config"]
+    evals = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in line]
+    return config, evals
+
+
+def group_of(out_dir: Path, config: dict, key: str | None) -> str:
+    if key is None:
+        return out_dir.name
+    if key not in config:
+        raise SystemExit(f"{out_dir}: its config has no key '{key}' to group by")
+    return str(config[key])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="out_dirs holding metrics.jsonl and config.json")
+    parser.add_argument("--group", help="config key whose value groups runs into one curve (e.g. optimizer)")
+    parser.add_argument("--x", choices=["iter", "tokens"], default="iter")
+    parser.add_argument("--out", type=Path, default=Path("results/curves"), help="output path without extension")
+    parser.add_argument("--title", default="validation loss")
+    parser.add_argument("--skip-first", type=int, default=1, help="evaluations to leave off the plot (the untrained model's)")
+    args = parser.parse_args(argv)
+
+    groups: dict[str, list[list[dict]]] = {}
+    for run in args.runs:
+        if not (run / "metrics.jsonl").exists():
+            raise SystemExit(f"{run} has no metrics.jsonl; pass a run's out_dir")
+        config, evals = load_run(run)
+        groups.setdefault(group_of(run, config, args.group), []).append(evals)
+
+    rows = []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, runs in sorted(groups.items()):
+        xs = sorted(set.intersection(*({e[args.x] for e in evals} for evals in runs)))[args.skip_first:]
+        by_x = [{e[args.x]: e["val_loss"] for e in evals} for evals in runs]
+        means = [statistics.mean(r[x] for r in by_x) for x in xs]
+        stds = [statistics.stdev(r[x] for r in by_x) if len(by_x) > 1 else 0.0 for x in xs]
+        line, = ax.plot(xs, means, label=f"{label} (n={len(runs)}): {means[-1]:.4f}")
+        ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+                        color=line.get_color(), alpha=0.2)
+        rows += [dict(group=label, x=x, mean=m, std=s, n=len(runs)) for x, m, s in zip(xs, means, stds)]
+    ax.set_xlabel(args.x)
+    ax.set_ylabel("validation loss")
+    ax.set_title(args.title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out.with_suffix(".png"), dpi=130)
+    plt.close(fig)
+    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["group", "x", "mean", "std", "n"])
+        writer.writeheader()
+        writer.writerows(rows)
+    for label in sorted(groups):
+        last = [r for r in rows if r["group"] == label][-1]
+        print(f"{label}: final val loss {last['mean']:.4f} ± {last['std']:.4f} (n={last['n']})")
+    print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.csv')}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

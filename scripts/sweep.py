@@ -1,0 +1,183 @@
+"""Run a grid of training runs, several seeds each, and tabulate their final validation losses.
+
+    # the paper's Table 4: AdamS over beta1 x beta2, GPT-2 Small on 8 GPUs (prints the commands)
+    python scripts/sweep.py config/train_gpt2_small_adams.py --grid beta1=0.9,0.95 \\
+        --grid beta2=0.9,0.95,0.98,0.99,0.999 --out out/beta_sweep --print-commands --nproc 8
+
+    # locally, 3 seeds per point, two runs at a time
+    python scripts/sweep.py config/repro/cpu_adams.py --grid beta1=0.9,0.95 --grid beta2=0.95,0.999 \\
+        --seeds 1 2 3 --jobs 2 --out results/runs/beta_sweep
+
+A grid key may be any config key, or ``config`` to vary whole config files
+(``--grid config=config/a.py,config/b.py``). Every run gets its own out_dir under ``--out`` and
+is started with ``--init_from=auto``, so an interrupted sweep picks up where it stopped: finished
+runs are skipped, half-finished ones resume. The summary (``summary.csv``, ``summary.md``, and a
+heatmap ``summary.png`` when the grid has two keys) gives the final validation loss per point as
+mean ± std over seeds; a run that diverged counts as inf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_grid(items: list[str]) -> dict[str, list[str]]:
+    grid = {}
+    for item in items:
+        key, eq, values = item.partition("=")
+        if not eq or not values:
+            raise SystemExit(f"--grid {item!r}: write KEY=V1,V2,...")
+        grid[key] = values.split(",")
+    return grid
+
+
+def run_name(point: dict[str, str], seed: int) -> str:
+    parts = [f"{k}={Path(v).stem if k == 'config' else v}" for k, v in point.items()]
+    return "_".join(parts + [f"seed={seed}"]) or f"seed={seed}"
+
+
+def command(base: list[str], point: dict[str, str], seed: int, out_dir: Path, extra: list[str], nproc: int) -> list[str]:
+    files = list(base) + ([point["config"]] if "config" in point else [])
+    overrides = [f"--{k}={v}" for k, v in point.items() if k != "config"]
+    launcher = [sys.executable, "train.py"] if nproc <= 1 else ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
+    return launcher + files + overrides + extra + [f"--seed={seed}", f"--out_dir={out_dir}", "--init_from=auto"]
+
+
+def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
+    """(the last evaluation's validation loss, whether the run reached max_iters)."""
+    metrics, config = out_dir / "metrics.jsonl", out_dir / "config.json"
+    if not metrics.exists() or not config.exists():
+        return None, False
+    max_iters = json.loads(config.read_text())["config"]["max_iters"]
+    evals = [json.loads(line) for line in metrics.read_text().splitlines() if '"val_loss"' in line]
+    if not evals:
+        return None, False
+    return evals[-1]["val_loss"], evals[-1]["iter"] >= max_iters
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("configs", nargs="*", help="config files every run starts from")
+    parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (repeatable)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1337])
+    parser.add_argument("--out", type=Path, required=True, help="folder for the runs and the summary")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, locally")
+    parser.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun when > 1)")
+    parser.add_argument("--print-commands", action="store_true", help="print the commands instead of running them")
+    args = parser.parse_args(argv)
+
+    grid = parse_grid(args.grid)
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+    extra = [f"--{item}" for item in args.set]
+    runs = [(point, seed, args.out / run_name(point, seed)) for point in points for seed in args.seeds]
+
+    if args.print_commands:
+        for point, seed, out_dir in runs:
+            print(" ".join(command(args.configs, point, seed, out_dir, extra, args.nproc)))
+        return
+
+    todo = [(p, s, d) for p, s, d in runs if not final_val_loss(d)[1]]
+    print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run, {args.jobs} at a time")
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
+
+    def run(job):
+        point, seed, out_dir = job
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(out_dir / "train.log", "a") as log:
+            code = subprocess.run(command(args.configs, point, seed, out_dir, extra, args.nproc), cwd=REPO, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT).returncode
+        loss, done = final_val_loss(out_dir)
+        print(f"{out_dir.name}: exit {code}, final val loss {loss}")
+        return code
+
+    from tqdm import tqdm
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(tqdm(pool.map(run, todo), total=len(todo), desc="sweep"))
+    summarize(runs, list(grid), args.out)
+
+
+def summarize(runs, keys: list[str], out: Path) -> list[dict]:
+    rows, by_point = [], {}
+    for point, seed, out_dir in runs:
+        loss, done = final_val_loss(out_dir)
+        value = loss if done and loss is not None and math.isfinite(loss) else math.inf
+        rows.append(dict(point, seed=seed, val_loss=value, finished=done))
+        by_point.setdefault(tuple(point.items()), []).append(value)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "runs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*keys, "seed", "val_loss", "finished"])
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = []
+    for point, values in by_point.items():
+        finite = [v for v in values if math.isfinite(v)]
+        mean = statistics.mean(values) if len(finite) == len(values) else math.inf
+        std = statistics.stdev(values) if len(values) > 1 and math.isfinite(mean) else 0.0
+        summary.append(dict(point, mean=mean, std=std, n=len(values)))
+    with open(out / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*keys, "mean", "std", "n"])
+        writer.writeheader()
+        writer.writerows(summary)
+    lines = ["| " + " | ".join(keys + ["final val loss (mean ± std)", "seeds"]) + " |", "|" + " --- |" * (len(keys) + 2)]
+    for s in summary:
+        cell = f"{s['mean']:.4f} ± {s['std']:.4f}" if math.isfinite(s["mean"]) else "diverged"
+        lines.append("| " + " | ".join([str(s[k]) for k in keys] + [cell, str(s["n"])]) + " |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if len(keys) == 2:
+        heatmap(summary, keys, out / "summary.png")
+    return summary
+
+
+def heatmap(summary: list[dict], keys: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = sorted({s[keys[0]] for s in summary}, key=_sort_key)
+    cols = sorted({s[keys[1]] for s in summary}, key=_sort_key)
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for s in summary:
+        grid[rows.index(s[keys[0]]), cols.index(s[keys[1]])] = s["mean"] if math.isfinite(s["mean"]) else np.nan
+    fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 2, 0.9 * len(rows) + 1.5))
+    image = ax.imshow(grid, cmap="viridis_r")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            text = "diverged" if np.isnan(grid[i, j]) else f"{grid[i, j]:.3f}"
+            ax.text(j, i, text, ha="center", va="center", color="white" if np.isnan(grid[i, j]) else "black", fontsize=9)
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel(keys[1])
+    ax.set_ylabel(keys[0])
+    ax.set_title("final validation loss (mean over seeds)")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _sort_key(value: str):
+    try:
+        return (0, float(value))
+    except ValueError:
+        return (1, value)
+
+
+if __name__ == "__main__":
+    main()

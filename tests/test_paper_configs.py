@@ -1,0 +1,52 @@
+"""The paper's experiments in config/ match the paper's numbers (Section 4.1, Appendix C).
+
+The table below is typed from the paper, not derived from the config files.
+"""
+
+from pathlib import Path
+
+import pytest
+
+import configurator
+
+REPO = Path(__file__).resolve().parents[1]
+
+# GPT-2 sizes (OpenAI 2019) and the paper's peak AdamW learning rates
+SIZES = {"small": (12, 12, 768, 6e-4), "medium": (24, 16, 1024, 3e-4), "large": (36, 20, 1280, 3e-4)}
+# optimizer: (lr multiplier over AdamW's, weight decay, betas); Lion's 0.1x lr / 10x wd rule;
+# Adagrad and RMSprop: AdamW's lr and schedule, "other hyperparameters as default" (wd 0)
+OPTIMIZERS = {"adamw": (1, 0.1, (0.9, 0.95)), "adams": (1, 0.1, (0.9, 0.95)), "adam_mini": (1, 0.1, (0.9, 0.95)),
+              "lion": (0.1, 1.0, (0.95, 0.98)), "adagrad": (1, 0.0, None), "rmsprop": (1, 0.0, None)}
+EXPERIMENTS = ([(size, opt, 100_000) for size in SIZES for opt in ("adamw", "adams", "lion", "adam_mini")]
+               + [("small", opt, 300_000) for opt in ("adamw", "adams", "lion")]
+               + [("small", opt, 100_000) for opt in ("adagrad", "rmsprop")])
+
+
+def config_path(size, opt, iters):
+    return REPO / "config" / f"train_gpt2_{size}_{opt}{'' if iters == 100_000 else '_300k'}.py"
+
+
+@pytest.mark.parametrize("size, opt, iters", EXPERIMENTS)
+def test_paper_config(size, opt, iters):
+    cfg = configurator.load([str(config_path(size, opt, iters))])
+    configurator.check(cfg, world_size=8)
+    n_layer, n_head, n_embd, adamw_lr = SIZES[size]
+    lr_mult, wd, betas = OPTIMIZERS[opt]
+    assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.bias) == (n_layer, n_head, n_embd, 1024, True)
+    assert cfg.optimizer == opt
+    assert cfg.learning_rate == pytest.approx(lr_mult * adamw_lr)
+    assert cfg.min_lr == pytest.approx(0.1 * cfg.learning_rate)  # cosine to 0.1x lr
+    assert cfg.weight_decay == wd
+    if betas:
+        assert (cfg.beta1, cfg.beta2) == betas
+    assert cfg.batch_size * cfg.gradient_accumulation_steps == 480  # sequences per iteration
+    assert cfg.gradient_accumulation_steps % 8 == 0  # divisible over 8 GPUs
+    assert (cfg.warmup_iters, cfg.grad_clip, cfg.dtype, cfg.dataset) == (2000, 1.0, "float16", "openwebtext")
+    assert cfg.max_iters == cfg.lr_decay_iters == iters
+
+
+def test_every_config_file_is_in_the_table_or_a_cpu_reproduction():
+    listed = {config_path(*e).name for e in EXPERIMENTS}
+    assert {p.name for p in (REPO / "config").glob("*.py")} == listed
+    for path in (REPO / "config" / "repro").glob("*.py"):
+        configurator.check(configurator.load([str(path)]))

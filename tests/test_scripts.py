@@ -1,0 +1,104 @@
+"""The figure, table and benchmark scripts run at small scale on CPU and write what they promise."""
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import denominator_moments  # noqa: E402
+import plot_curves  # noqa: E402
+import sweep  # noqa: E402
+import update_magnitude  # noqa: E402
+
+
+def test_moments_closed_forms_match_the_papers_numbers():
+    # the paper: at b1 = 0.9, b2 = 0.95, Var[S] = 0.0256 (2 s^4 + 4 m^2 s^2), Var[V] = 0.005 * 2 s^4 + 0.05 * 4 m^2 s^2
+    for mu, sigma in ((0.0, 1.0), (2.0, 0.5)):
+        f = denominator_moments.closed_forms(mu, sigma, 0.9, 0.95)
+        assert f["Var[S]"] == pytest.approx(0.05 / 1.95 * (2 * sigma**4 + 4 * mu**2 * sigma**2))
+        assert f["Var[V]"] == pytest.approx(0.005 * 2 * sigma**4 + 0.05 * 4 * mu**2 * sigma**2, rel=1e-3)
+        assert f["E[S]"] == mu**2 + sigma**2
+
+
+def test_moments_monte_carlo_agrees_with_closed_forms(tmp_path):
+    rows = denominator_moments.main(["--chains", "40000", "--steps", "200", "--b2", "0.9", "--out", str(tmp_path)])
+    assert max(r["rel_error"] for r in rows) < 0.08  # sampling error at 40k chains
+    assert (tmp_path / "moments.png").stat().st_size > 0 and (tmp_path / "moments.csv").exists()
+
+
+def test_update_magnitude_matches_the_formula_and_the_bound(tmp_path):
+    ratios, curves = update_magnitude.main(["--points", "261", "--out", str(tmp_path)])
+    for b2, curve in curves.items():
+        for r, step in zip(ratios.tolist()[::20], curve.tolist()[::20]):
+            assert step == pytest.approx(abs(0.9 + 0.1 * r) / math.sqrt(b2 + (1 - b2) * r * r), rel=1e-9)
+        assert curve.max().item() <= math.sqrt(0.81 / b2 + 0.01 / (1 - b2)) + 1e-12
+    assert (tmp_path / "update_magnitude.png").exists()
+
+
+@pytest.fixture(scope="module")
+def sweep_out(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    args = ["--grid", "beta1=0.9,0.95", "--grid", "beta2=0.95,0.999", "--seeds", "1", "2", "--out", str(out), "--jobs", "2"]
+    for item in (f"data_dir={data_dir}", "dataset=tiny", "n_layer=1", "n_head=2", "n_embd=32", "block_size=32",
+                 "batch_size=4", "max_iters=6", "lr_decay_iters=6", "warmup_iters=1", "eval_interval=3",
+                 "eval_iters=2", "device=cpu", "dtype=float32"):
+        args += ["--set", item]
+    sweep.main(args)
+    return out, args
+
+
+def test_sweep_runs_every_point_and_seed_and_tabulates(sweep_out):
+    out, _ = sweep_out
+    with open(out / "runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    assert len(runs) == 8 and all(r["finished"] == "True" for r in runs)
+    with open(out / "summary.csv") as f:
+        summary = list(csv.DictReader(f))
+    assert len(summary) == 4 and all(r["n"] == "2" for r in summary)
+    point = next(r for r in summary if (r["beta1"], r["beta2"]) == ("0.9", "0.95"))
+    losses = [float(r["val_loss"]) for r in runs if (r["beta1"], r["beta2"]) == ("0.9", "0.95")]
+    assert float(point["mean"]) == pytest.approx(sum(losses) / 2)
+    assert "± " in (out / "summary.md").read_text() and (out / "summary.png").exists()
+    config = json.loads((out / "beta1=0.95_beta2=0.999_seed=2" / "config.json").read_text())["config"]
+    assert (config["beta1"], config["beta2"], config["seed"]) == (0.95, 0.999, 2)
+
+
+def test_sweep_skips_finished_runs(sweep_out, capsys):
+    out, args = sweep_out
+    before = {p: p.stat().st_mtime for p in out.glob("*/metrics.jsonl")}
+    sweep.main(args)
+    assert "8 runs, 8 already finished, 0 to run" in capsys.readouterr().out
+    assert before == {p: p.stat().st_mtime for p in out.glob("*/metrics.jsonl")}
+
+
+def test_sweep_prints_torchrun_commands(tmp_path, capsys):
+    sweep.main(["config/train_gpt2_small_adams.py", "--grid", "beta2=0.95,0.99", "--out", str(tmp_path), "--nproc", "8",
+                "--print-commands"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_small_adams.py --beta2=0.95")
+    assert "--init_from=auto" in lines[0]
+
+
+def test_plot_curves_groups_seeds(sweep_out, tmp_path):
+    out, _ = sweep_out
+    rows = plot_curves.main([*map(str, sorted(out.glob("beta1=0.9_*"))), "--group", "beta2", "--out", str(tmp_path / "c")])
+    assert {r["group"] for r in rows} == {"0.95", "0.999"}
+    assert all(r["n"] == 2 for r in rows)
+    assert (tmp_path / "c.png").exists() and (tmp_path / "c.csv").exists()
+
+
+def test_bench_optim_small_writes_json(tmp_path):
+    import bench_optim
+
+    result = bench_optim.main(["--small", "--repeats", "2", "--only", "adamw fused", "adams foreach", "adam_mini",
+                               "--json", str(tmp_path / "b.json")])
+    labels = [r["optimizer"] for r in json.loads((tmp_path / "b.json").read_text())["rows"]]
+    assert labels == ["adamw fused (torch)", "adams foreach", "adam_mini"]
+    assert all(r["ms"] > 0 and r["ratio_to_adamw_fused"] > 0 for r in result["rows"])
