@@ -102,3 +102,20 @@ def test_bench_optim_small_writes_json(tmp_path):
     labels = [r["optimizer"] for r in json.loads((tmp_path / "b.json").read_text())["rows"]]
     assert labels == ["adamw fused (torch)", "adams foreach", "adam_mini"]
     assert all(r["ms"] > 0 and r["ratio_to_adamw_fused"] > 0 for r in result["rows"])
+
+
+def test_update_alignment_heatmaps(data_dir, tmp_path):
+    import update_alignment
+
+    out = tmp_path / "align"
+    grids = update_alignment.main(["--dataset", "tiny", "--data_dir", str(data_dir), "--n_layer", "1", "--n_head", "2",
+                                   "--n_embd", "32", "--block_size", "32", "--batch_size", "4", "--steps", "6",
+                                   "--every", "3", "--out", str(out)])
+    # (the script itself fails if its AdamW update differs from torch.optim.AdamW's actual step)
+    # step 1: AdamW moves by g/(|g| + eps) and AdamS by g/(sqrt(1 - beta2)|g| + eps): the same
+    # direction, up to eps, which weighs differently where a gradient is tiny
+    assert grids["cos_adams"][:, 0] == pytest.approx(1.0, abs=1e-3)
+    assert grids["cos_adams"][:, 0].mean() > grids["cos_adam_mini"][:, 0].mean()
+    for grid in grids.values():
+        assert grid.shape[1] == 3 and ((grid >= -1 - 1e-9) & (grid <= 1 + 1e-9)).all()
+    assert out.with_suffix(".png").exists() and out.with_suffix(".csv").exists()

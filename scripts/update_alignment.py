@@ -1,0 +1,157 @@
+"""Figure 2 of the AdamS paper: along an AdamW run, how well AdamS's and Adam-mini's updates align with AdamW's.
+
+    python scripts/update_alignment.py                       # a small GPT on the embedded corpus, CPU minutes
+    python scripts/update_alignment.py --n_layer 12 --n_head 12 --n_embd 768 --block_size 1024 \\
+        --dataset openwebtext --steps 2000 --every 50 --device cuda     # GPT-2 Small, as in the paper
+
+A GPT trains with ``torch.optim.AdamW``. At every step the script also keeps, from the very same
+gradients, the statistics AdamS and Adam-mini would hold (the momentum is shared: all three keep
+m = β1·m + (1−β1)·g), and computes for every parameter tensor the cosine similarity between the
+update AdamW makes and the update each of the others would make (weight decay left out: it is the
+same term for all three). Writes a CSV and two heatmaps (tensor × iteration), like the paper's.
+The AdamW update computed here is checked against the parameter change torch's AdamW actually made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from model import GPT, GPTConfig  # noqa: E402
+from optim.adam_mini import block_mean, expand_blocks, partition  # noqa: E402
+from tokens import read_tokens  # noqa: E402
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return F.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0).item()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default="pystdlib")
+    parser.add_argument("--data_dir", type=Path, default=REPO / "data")
+    parser.add_argument("--n_layer", type=int, default=4)
+    parser.add_argument("--n_head", type=int, default=4)
+    parser.add_argument("--n_embd", type=int, default=128)
+    parser.add_argument("--block_size", type=int, default=128)
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--every", type=int, default=10, help="compare the updates every this many steps")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.95))
+    parser.add_argument("--eps", type=float, default=1e-8)
+    parser.add_argument("--weight_decay", type=float, default=0.1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("results/analysis/update_alignment"))
+    args = parser.parse_args(argv)
+
+    folder = args.data_dir / args.dataset
+    if args.dataset == "pystdlib" and not (folder / "train.bin").exists():
+        sys.path.insert(0, str(REPO / "data" / "pystdlib"))
+        from prepare import prepare
+
+        prepare(folder)
+    tokens, vocab = read_tokens(folder / "train.bin")
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    model = GPT(GPTConfig(block_size=args.block_size, vocab_size=vocab if vocab <= 256 else 64 * math.ceil(vocab / 64),
+                          n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, bias=False)).to(device)
+    named = [(n, p) for n, p in model.named_parameters()]
+    blocks = dict(zip([n for n, _ in named], partition(named, n_head=args.n_head)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=tuple(args.betas), eps=args.eps,
+                                  weight_decay=args.weight_decay)
+    b1, b2, eps, lr = *args.betas, args.eps, args.lr
+    m = {n: torch.zeros_like(p) for n, p in named}  # the momentum all three share
+    v = {n: torch.zeros_like(p) for n, p in named}  # AdamW's second moment
+    v_mini = {n: torch.zeros(blocks[n].n_blocks if blocks[n].rule != "adam" else p.shape, device=device) for n, p in named}
+    rng = np.random.default_rng(args.seed)
+    rows, worst_check = [], 0.0
+    from tqdm import tqdm
+
+    for step in tqdm(range(1, args.steps + 1), desc="AdamW run"):
+        starts = rng.integers(0, len(tokens) - args.block_size, size=args.batch_size)
+        windows = torch.from_numpy(np.stack([tokens[s:s + args.block_size + 1] for s in starts]).astype(np.int64)).to(device)
+        optimizer.zero_grad(set_to_none=True)
+        _, loss = model(windows[:, :-1], windows[:, 1:])
+        loss.backward()
+        compare = step % args.every == 0 or step == 1
+        before = {n: p.detach().clone() for n, p in named} if compare else None
+        with torch.no_grad():
+            bc1, bc2 = 1 - b1**step, 1 - b2**step
+            for n, p in named:
+                g = p.grad
+                m_prev = m[n].clone()
+                m[n].lerp_(g, 1 - b1)
+                v[n].mul_(b2).addcmul_(g, g, value=1 - b2)
+                block = blocks[n]
+                g2 = g * g if block.rule == "adam" else block_mean(g * g, block)
+                v_mini[n].mul_(b2).add_(g2, alpha=1 - b2)
+                if not compare:
+                    continue
+                m_hat = m[n] / bc1
+                adamw = m_hat / ((v[n] / bc2).sqrt() + eps)
+                # AdamS with the authors' bias correction: v = β2·(m_prev/bc)² + (1 − β2)·g²
+                adams = m_hat / ((b2 * (m_prev / bc1) ** 2 + (1 - b2) * g * g).sqrt() + eps)
+                denom = (v_mini[n] / bc2).sqrt() + eps
+                mini = m_hat / (denom if block.rule == "adam" else expand_blocks(denom, block, p))
+                rows.append(dict(step=step, param=n, cos_adams=cosine(adamw, adams), cos_adam_mini=cosine(adamw, mini),
+                                 _adamw=adamw))
+        optimizer.step()
+        if compare:
+            with torch.no_grad():  # check our AdamW update against what torch's AdamW did
+                for row in rows[-len(named):]:
+                    p = dict(named)[row["param"]]
+                    decay = before[row["param"]] * lr * args.weight_decay  # every tensor decays here
+                    actual = before[row["param"]] - decay - p
+                    worst_check = max(worst_check, (actual - lr * row.pop("_adamw")).abs().max().item())
+    if worst_check > 1e-3 * lr:  # fp32 rounding of p is ~1e-7; a wrong formula is off by far more
+        raise SystemExit(f"the AdamW update computed here differs from torch's AdamW by {worst_check:.3g}")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["step", "param", "cos_adams", "cos_adam_mini"])
+        writer.writeheader()
+        writer.writerows(rows)
+    params = [n for n, _ in named]
+    steps = sorted({r["step"] for r in rows})
+    grids = {key: np.array([[next(r[key] for r in rows if r["step"] == s and r["param"] == n) for s in steps] for n in params])
+             for key in ("cos_adams", "cos_adam_mini")}
+    for key, grid in grids.items():
+        print(f"{key}: mean cosine with AdamW {grid.mean():.3f} (min {grid.min():.3f})")
+    plot(grids, params, steps, args.out.with_suffix(".png"))
+    print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.csv')}")
+    return grids
+
+
+def plot(grids, params, steps, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.22 * len(params) + 2.5), sharey=True)
+    for ax, (key, title) in zip(axes, (("cos_adams", "AdamS vs AdamW"), ("cos_adam_mini", "Adam-mini vs AdamW"))):
+        image = ax.imshow(grids[key], aspect="auto", cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"{title}: mean cosine {grids[key].mean():.3f}")
+        ticks = range(0, len(steps), max(1, len(steps) // 8))
+        ax.set_xticks(list(ticks), [steps[i] for i in ticks])
+        ax.set_xlabel("iteration")
+    axes[0].set_yticks(range(len(params)), [p.replace("transformer.", "") for p in params], fontsize=6)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity of the update")
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
