@@ -119,3 +119,25 @@ def test_update_alignment_heatmaps(data_dir, tmp_path):
     for grid in grids.values():
         assert grid.shape[1] == 3 and ((grid >= -1 - 1e-9) & (grid <= 1 + 1e-9)).all()
     assert out.with_suffix(".png").exists() and out.with_suffix(".csv").exists()
+
+
+def test_bench_memory_state_bytes_on_cpu(tmp_path):
+    import bench_memory
+
+    result = bench_memory.main(["--small", "--sizes", "small", "--block-size", "32", "--global-batch", "4",
+                                "--json", str(tmp_path / "m.json")])
+    per_param = {r["optimizer"]: r["state_bytes_per_param"] for r in result["rows"]}
+    assert per_param == {"adamw": 8.0, "adams": 4.0}  # fp32: AdamW keeps m and v, AdamS only m
+    assert all(r["seconds_per_iter"] > 0 and r["accumulation"] == 4 for r in result["rows"])
+    assert json.loads((tmp_path / "m.json").read_text())["rows"][0]["peak_bytes"] is None  # CPU: not measured
+
+
+def test_bench_train_runs_train_py_and_reads_its_metrics(tmp_path):
+    import bench_train
+
+    rows = bench_train.main(["--iters", "6", "--batch-size", "2", "--set", "n_layer=1", "--set", "n_head=2",
+                             "--set", "n_embd=32", "--set", "block_size=32", "--set", "compile=False",
+                             "--set", "device=cpu", "--json", str(tmp_path / "t.json")])
+    assert [r["optimizer"] for r in rows] == ["adamw", "adams"]
+    assert all(r["tokens_per_s"] > 0 and r["mfu"] is None for r in rows)  # no peak FLOPs known for a CPU
+    assert rows[1]["config"]["config"]["optimizer"] == "adams"

@@ -1,0 +1,73 @@
+"""Training throughput of AdamW and AdamS: tokens/s and MFU, measured by running train.py itself.
+
+    python scripts/bench_train.py --json results/gpu/train_throughput.json          # GPT-2 Small, one GPU
+    python scripts/bench_train.py --set n_layer=2 --set n_embd=64 --set n_head=2 \\
+        --set block_size=64 --set batch_size=4 --set compile=False --iters 20          # a CPU smoke run
+
+Each optimizer trains GPT-2 Small (config/train_gpt2_small_<optimizer>.py: bf16 autocast on
+GPUs that have it, torch.compile, SDPA attention) for ``--iters`` iterations of ``--batch-size``
+sequences on random tokens from GPT-2's vocabulary (the data does not matter for speed, and this
+needs no download), with no gradient accumulation. The throughput and MFU are the medians of the
+log lines of the second half of the run, read from the run's metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tokens import write_tokens  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--optimizers", nargs="+", default=["adamw", "adams"])
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=16, help="sequences per micro-step")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra train.py override")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        rng = np.random.default_rng(0)
+        for split, n in (("train", 2_000_000), ("val", 200_000)):
+            write_tokens(data / "random" / f"{split}.bin", rng.integers(0, 50257, n), 50257)
+        for name in args.optimizers:
+            out = Path(tmp) / name
+            cmd = [sys.executable, "train.py", f"config/train_gpt2_small_{name}.py", "--dataset=random",
+                   f"--data_dir={data}", f"--out_dir={out}", f"--max_iters={args.iters}", f"--lr_decay_iters={args.iters}",
+                   f"--warmup_iters={min(10, args.iters // 2)}", "--gradient_accumulation_steps=1", f"--batch_size={args.batch_size}",
+                   "--eval_iters=1", f"--eval_interval={args.iters}", "--log_interval=1", "--always_save_checkpoint=False",
+                   "--dtype=auto", *[f"--{s}" for s in args.set]]
+            result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise SystemExit(f"{name}: train.py failed:\n{result.stderr[-3000:]}")
+            lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"grad_norm"' in x]
+            steady = lines[len(lines) // 2:]
+            mfus = [r["mfu"] for r in steady if r["mfu"] is not None]
+            row = dict(optimizer=name, tokens_per_s=statistics.median(r["tokens_per_s"] for r in steady),
+                       mfu=statistics.median(mfus) if mfus else None, iters=args.iters, batch_size=args.batch_size,
+                       config=json.loads((out / "config.json").read_text()))
+            rows.append(row)
+            mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "- (no known peak FLOPs for this device)"
+            print(f"{name}: {row['tokens_per_s']:,.0f} tokens/s, MFU {mfu}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(dict(rows=rows), indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
