@@ -86,7 +86,8 @@ class AdamS(MomentumOnlyOptimizer):
         weight_decay: decoupled weight decay λ (AdamW-style, multiplied by lr).
         bias_correction: divide the momentum by 1 − β1^t (see above).
         foreach: use ``torch._foreach_*`` ops (default unless fused or ``foreach=False``).
-        fused: one compiled kernel per tensor (``torch.compile``, CPU and CUDA).
+        fused: the same update through ``torch.compile`` (CPU and CUDA), one call for all of a
+            group's large tensors; the first step compiles (seconds to minutes with model size).
     """
 
     update = staticmethod(adams_update)

@@ -54,7 +54,8 @@ class Lion(MomentumOnlyOptimizer):
         betas: (β1, β2): interpolation for the update direction, and the momentum's EMA.
         weight_decay: decoupled weight decay λ (multiplied by lr).
         foreach: use ``torch._foreach_*`` ops (default unless fused or ``foreach=False``).
-        fused: one compiled kernel per tensor (``torch.compile``, CPU and CUDA).
+        fused: the same update through ``torch.compile`` (CPU and CUDA), one call for all of a
+            group's large tensors; the first step compiles (seconds to minutes with model size).
     """
 
     update = staticmethod(lion_update)
