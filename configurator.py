@@ -75,6 +75,7 @@ class TrainConfig:
     device: str = "auto"  # 'cpu', 'cuda', 'cuda:N', 'mps', or 'auto'
     dtype: str = "auto"  # 'float32', 'bfloat16', 'float16', or 'auto' (bf16 on GPUs that have it, else fp32)
     compile: bool = False  # torch.compile the model (worth it on GPUs, slow to start on CPUs)
+    fsdp: bool = False  # shard parameters, gradients and optimizer state across ranks (FSDP2's fully_shard)
     seed: int = 1337  # model init and every batch derive from it
 
 
@@ -193,6 +194,9 @@ def check(cfg: TrainConfig, world_size: int = 1) -> None:
                         "make warmup shorter than the decay")
     if cfg.min_lr > cfg.learning_rate:
         raise UserError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}; set min_lr <= learning_rate")
+    if cfg.fsdp and cfg.dtype == "float16":
+        raise UserError("fsdp=True with dtype='float16' is not supported (it needs a sharded GradScaler); "
+                        "use --dtype=bfloat16, or float32")
     if cfg.gradient_accumulation_steps % world_size:
         raise UserError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not divisible by the "
                         f"world size {world_size}; make it a multiple of the number of processes")

@@ -23,6 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
@@ -114,10 +118,8 @@ def peak_flops(device: torch.device) -> float | None:
 
 
 def build_model(cfg: TrainConfig, data_vocab: int, resume_state: dict | None) -> GPT:
-    if resume_state is not None:
-        model = GPT(GPTConfig(**resume_state["model_args"]))
-        model.load_state_dict(checkpoint.clean_state_dict(resume_state["model"]))
-        return model
+    if resume_state is not None:  # the weights are loaded once the model is wrapped (FSDP shards them)
+        return GPT(GPTConfig(**resume_state["model_args"]))
     if cfg.init_from in ("scratch", "auto"):  # auto with no checkpoint yet starts from scratch
         vocab = data_vocab if data_vocab <= 256 else 64 * math.ceil(data_vocab / 64)  # pad for fast matmuls
         return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=vocab, n_layer=cfg.n_layer, n_head=cfg.n_head,
@@ -230,10 +232,23 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     autocast = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=ptdtype)
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
 
+    if cfg.fsdp:  # shard each block, then the rest; FSDP casts the parameters itself
+        if dtype != "float32":
+            policy = MixedPrecisionPolicy(param_dtype=ptdtype, reduce_dtype=torch.float32)
+            autocast = nullcontext()
+        else:
+            policy = MixedPrecisionPolicy()
+        mesh = init_device_mesh(device.type, (dist_.world_size,))
+        for block in model.transformer.h:
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+
     optimizer = build_optimizer(cfg.optimizer, model, implementation=cfg.implementation, **optimizer_kwargs(cfg))
     start_iter, tokens_seen, best_val, skipped = 0, 0, float("inf"), 0
     if resume_state is not None:
-        optimizer.load_state_dict(resume_state["optimizer"])
+        # full (unsharded) state dicts, sharded or not on the way in: any checkpoint fits any layout
+        set_state_dict(model, optimizer, model_state_dict=checkpoint.clean_state_dict(resume_state["model"]),
+                       optim_state_dict=resume_state["optimizer"], options=StateDictOptions(full_state_dict=True))
         scaler.load_state_dict(resume_state["scaler"])
         start_iter, tokens_seen = resume_state["iter_num"], resume_state["tokens"]
         best_val, skipped = resume_state["best_val_loss"], resume_state["skipped_steps"]
@@ -251,7 +266,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     raw_model = model
     if cfg.compile:
         model = torch.compile(model)
-    if dist_.world_size > 1:
+    if dist_.world_size > 1 and not cfg.fsdp:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
@@ -299,13 +314,18 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
         return out
 
     def save(it: int) -> None:
-        if not all(torch.isfinite(p).all() for p in raw_model.parameters()):
+        shards = [p.to_local() if isinstance(p, DTensor) else p for p in raw_model.parameters()]
+        bad = torch.tensor(float(sum(not torch.isfinite(t).all() for t in shards)))
+        if distributed.all_reduce_sum(bad).item():  # every rank decides alike
             raise UserError(f"iteration {it}: the parameters hold NaN/Inf; refusing to checkpoint them. "
                             f"The last good checkpoint is {checkpoint.latest(out_dir)}")
         rng = distributed.all_gather_object(rng_states(device))  # every rank's, for an exact resume
+        # full state dicts (gathered from the shards under FSDP), the same format for every layout
+        model_state, optim_state = get_state_dict(raw_model, optimizer,
+                                                  options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if dist_.is_main:
             state = dict(
-                model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
+                model=model_state, optimizer=optim_state, scaler=scaler.state_dict(),
                 iter_num=it, tokens=tokens_seen, best_val_loss=best_val, skipped_steps=skipped, rng=rng,
                 data_position=dict(seed=cfg.seed, iter=it),  # batches are a pure function of these
                 config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(), model_source=model_source,
@@ -331,7 +351,8 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
                               train_loss=evals["train"], elapsed_s=time.time() - start_time)
                 log(record)
                 summary.update(val_loss=evals["val"], eval_train_loss=evals["train"], iter=it)
-                bar.write(f"iter {it}: val loss {evals['val']:.4f}, train loss {evals['train']:.4f}")
+                if dist_.is_main:  # tqdm.write prints even when the bar is disabled
+                    bar.write(f"iter {it}: val loss {evals['val']:.4f}, train loss {evals['train']:.4f}")
                 if it > 0 and not cfg.eval_only and (evals["val"] < best_val or cfg.always_save_checkpoint):
                     best_val = min(best_val, evals["val"])
                     save(it)
@@ -347,7 +368,9 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
                 index = micro * dist_.world_size + dist_.rank  # global micro-batch index
                 x, y = get_batch(data["train"], cfg.seed, TRAIN, it, index, cfg.batch_size, cfg.block_size,
                                  raw_model.config.vocab_size, device)
-                if dist_.world_size > 1:
+                if cfg.fsdp:
+                    model.set_requires_gradient_sync(micro == micro_steps - 1)  # reduce only on the last micro-step
+                elif dist_.world_size > 1:
                     model.require_backward_grad_sync = micro == micro_steps - 1  # sync only on the last micro-step
                 with autocast:
                     _, loss = model(x, y)
@@ -357,6 +380,8 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
             faults.corrupt_grad(it, raw_model)
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+            if isinstance(grad_norm, DTensor):
+                grad_norm = grad_norm.full_tensor()
             # one sync per step: the global mean loss, and the norm (identical on every rank after DDP)
             train_loss, norm = (distributed.all_reduce_sum(torch.stack([loss_sum, grad_norm.float()]))
                                 / dist_.world_size).tolist()
@@ -371,7 +396,8 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
                                     f"({reason}). The last good checkpoint is {checkpoint.latest(out_dir)}: resume from "
                                     "it with a lower learning_rate, or check the data")
                 skipped += 1
-                bar.write(f"iter {it}: the {what} is not finite; step skipped ({consecutive_skips} in a row)")
+                if dist_.is_main:
+                    bar.write(f"iter {it}: the {what} is not finite; step skipped ({consecutive_skips} in a row)")
                 optimizer.zero_grad(set_to_none=True)
                 scaler.update()
             else:
@@ -403,12 +429,13 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     finally:
         bar.close()  # before any error message, so that message is the last line
 
-    if dist_.is_main and not cfg.eval_only:
+    if not cfg.eval_only and (dist_.is_main or cfg.fsdp):  # under FSDP every rank takes part in the forward
         prompt = torch.tensor([[10]], device=device)  # a newline
         sample = raw_model.eval().generate(prompt, 300, temperature=0.8, top_k=50,
                                            generator=torch.Generator(device=device).manual_seed(cfg.seed))
-        print("\n--- sample ---\n" + decode(sample[0].tolist(), data["vocab_size"]) + "\n--------------")
-        print(f"metrics: {metrics_path}\ncheckpoint: {checkpoint.latest(out_dir)}\nconfig: {out_dir / 'config.json'}")
+        if dist_.is_main:
+            print("\n--- sample ---\n" + decode(sample[0].tolist(), data["vocab_size"]) + "\n--------------")
+            print(f"metrics: {metrics_path}\ncheckpoint: {checkpoint.latest(out_dir)}\nconfig: {out_dir / 'config.json'}")
     if wandb_run is not None:
         wandb_run.finish()
     summary["skipped_steps"] = skipped

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -42,6 +43,14 @@ def check_hyperparameters(lr: float, betas: tuple[float, float], weight_decay: f
         raise ValueError(f"Invalid weight_decay value: {weight_decay} (must be a finite number >= 0)")
     if eps is not None and not 0.0 <= eps < math.inf:
         raise ValueError(f"Invalid epsilon value: {eps} (must be a finite number >= 0)")
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2), a view sharing its storage; a plain tensor as is.
+
+    AdamS and Lion are elementwise, so updating every rank's shard in place is the exact update.
+    """
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def upcast(t: torch.Tensor) -> torch.Tensor:
@@ -120,9 +129,9 @@ class MomentumOnlyOptimizer(Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
                 ps, gs, ms = buckets.setdefault((p.device, state["step"]), ([], [], []))
-                ps.append(p)
-                gs.append(p.grad)
-                ms.append(state["exp_avg"])
+                ps.append(local(p))
+                gs.append(local(p.grad))
+                ms.append(local(state["exp_avg"]))
 
             for (device, step), (ps, gs, ms) in buckets.items():
                 hp = self._hyperparameters(group, step)

@@ -25,9 +25,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.optim import Optimizer
 
-from ._momentum_only import check_hyperparameters, upcast
+from ._momentum_only import check_hyperparameters, local, upcast
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +105,8 @@ def partition(
     return blocks
 
 
-def block_mean(x: torch.Tensor, block: Block) -> torch.Tensor:
-    """Mean of x over each block of ``block``: a vector of length ``block.n_blocks``."""
-    rows = x.reshape(1, -1) if block.rule == "whole" else x.reshape(x.shape[0], -1)
-    row_means = rows.mean(dim=1)  # every row in a tensor has the same length
+def block_means(row_means: torch.Tensor, block: Block) -> torch.Tensor:
+    """Mean per block from the mean of every row (all rows of a tensor have the same length)."""
     out, start = [], 0
     for rows_per_block, n in block.segments:
         out.append(row_means[start : start + rows_per_block * n].view(n, rows_per_block).mean(dim=1))
@@ -113,17 +114,43 @@ def block_mean(x: torch.Tensor, block: Block) -> torch.Tensor:
     return torch.cat(out) if len(out) > 1 else out[0]
 
 
-def expand_blocks(values: torch.Tensor, block: Block, like: torch.Tensor) -> torch.Tensor:
-    """Broadcast one value per block back to the rows of ``like`` (shape (rows, 1, ...))."""
+def block_mean(x: torch.Tensor, block: Block) -> torch.Tensor:
+    """Mean of x over each block of ``block``: a vector of length ``block.n_blocks``."""
+    rows = x.reshape(1, -1) if block.rule == "whole" else x.reshape(x.shape[0], -1)
+    return block_means(rows.mean(dim=1), block)
+
+
+def _sharded_block_mean(g2_local: torch.Tensor, block: Block, p: DTensor) -> tuple[torch.Tensor, slice]:
+    """``block_mean`` of a tensor sharded by rows (FSDP2's Shard(0)), exact, on every rank.
+
+    Returns the block means (replicated) and this rank's rows. Only the row means travel:
+    one float per row (an all-gather), or one float per tensor for the 'whole' rule.
+    """
+    if len(p.placements) != 1 or not isinstance(p.placements[0], Shard) or p.placements[0].dim != 0:
+        raise NotImplementedError(f"Adam-mini supports parameters sharded by rows (Shard(0)), got {p.placements}")
+    local_shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+    rows = slice(offset[0], offset[0] + local_shape[0])
+    group = p.device_mesh.get_group()
     if block.rule == "whole":
-        return values.reshape((1,) * like.dim())
+        total = g2_local.sum().reshape(1)
+        dist.all_reduce(total, group=group)
+        return total / p.numel(), slice(None)
+    local_means = g2_local.reshape(local_shape[0], -1).mean(dim=1) if local_shape[0] else g2_local.new_zeros(0)
+    full = DTensor.from_local(local_means, p.device_mesh, p.placements, run_check=False,
+                              shape=torch.Size([p.shape[0]]), stride=(1,)).full_tensor()
+    return block_means(full, block), rows
+
+
+def expand_blocks(values: torch.Tensor, block: Block, ndim: int) -> torch.Tensor:
+    """One value per block, broadcastable against the tensor: shape (rows, 1, ...), or all ones for 'whole'."""
+    if block.rule == "whole":
+        return values.reshape((1,) * ndim)
     repeats = torch.tensor([r for r, n in block.segments for _ in range(n)], device=values.device)
-    per_row = torch.repeat_interleave(values, repeats)
-    return per_row.view(-1, *([1] * (like.dim() - 1)))
+    return torch.repeat_interleave(values, repeats).view(-1, *([1] * (ndim - 1)))
 
 
 def adam_mini_update(p, grad, m, v, block: Block, step: int, lr, wd, beta1, beta2, eps) -> None:
-    """One Adam-mini step on one tensor, in place, fp32 math.
+    """One Adam-mini step on one tensor, in place, fp32 math; exact on FSDP2-sharded (DTensor) tensors.
 
     With mean_B the mean over each block B (per coordinate for the ``adam`` rule)::
 
@@ -132,18 +159,25 @@ def adam_mini_update(p, grad, m, v, block: Block, step: int, lr, wd, beta1, beta
         v ← β2 · v + (1 − β2) · mean_B(g²)
         p ← p − lr · (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + ε)
     """
-    g = upcast(grad)
-    x = upcast(p)
-    m32 = upcast(m).lerp_(g, 1 - beta1)
-    g2 = g * g if block.rule == "adam" else block_mean(g * g, block)
-    v32 = upcast(v).mul_(beta2).add_(g2, alpha=1 - beta2)
+    g = upcast(local(grad))
+    x = upcast(local(p))
+    m32 = upcast(local(m)).lerp_(g, 1 - beta1)
+    rows = slice(None)
+    if block.rule == "adam":
+        g2 = g * g
+    elif isinstance(p, DTensor):
+        g2, rows = _sharded_block_mean(g * g, block, p)
+    else:
+        g2 = block_mean(g * g, block)
+    v_local = local(v)
+    v32 = upcast(v_local).mul_(beta2).add_(g2, alpha=1 - beta2)
     denom = (v32 / (1 - beta2**step)).sqrt_().add_(eps)
     if block.rule != "adam":
-        denom = expand_blocks(denom, block, x)
+        denom = expand_blocks(denom, block, x.dim())[rows]  # this rank's rows of the full tensor
     x.mul_(1 - lr * wd).addcdiv_(m32, denom, value=-lr / (1 - beta1**step))
-    p.copy_(x)
-    m.copy_(m32)
-    v.copy_(v32)
+    local(p).copy_(x)
+    local(m).copy_(m32)
+    v_local.copy_(v32)
 
 
 class AdamMini(Optimizer):
@@ -218,9 +252,12 @@ class AdamMini(Optimizer):
                 if len(state) == 0:
                     state["step"] = 0
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    shape = p.shape if block.rule == "adam" else (block.n_blocks,)
-                    # p's dtype, as torch.optim keeps state (load_state_dict casts to it)
-                    state["exp_avg_sq"] = torch.zeros(shape, dtype=p.dtype, device=p.device)
+                    # p's dtype, as torch.optim keeps state (load_state_dict casts to it); per-block
+                    # statistics are small and the same on every rank, so never sharded
+                    if block.rule == "adam":
+                        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    else:
+                        state["exp_avg_sq"] = torch.zeros(block.n_blocks, dtype=p.dtype, device=local(p).device)
                 state["step"] += 1
                 adam_mini_update(
                     p, p.grad, state["exp_avg"], state["exp_avg_sq"], block, state["step"],

@@ -104,7 +104,7 @@ def main(argv=None):
                 # AdamS with the authors' bias correction: v = β2·(m_prev/bc)² + (1 − β2)·g²
                 adams = m_hat / ((b2 * (m_prev / bc1) ** 2 + (1 - b2) * g * g).sqrt() + eps)
                 denom = (v_mini[n] / bc2).sqrt() + eps
-                mini = m_hat / (denom if block.rule == "adam" else expand_blocks(denom, block, p))
+                mini = m_hat / (denom if block.rule == "adam" else expand_blocks(denom, block, p.dim()))
                 rows.append(dict(step=step, param=n, cos_adams=cosine(adamw, adams), cos_adam_mini=cosine(adamw, mini),
                                  _adamw=adamw))
         optimizer.step()

@@ -1,0 +1,86 @@
+"""Optimizer-state bytes per rank under FSDP2, AdamW against AdamS (and the others), measured.
+
+    torchrun --standalone --nproc_per_node=2 scripts/fsdp_state_bytes.py --size small
+    torchrun --standalone --nproc_per_node=8 scripts/fsdp_state_bytes.py --size xl --device cuda
+
+Builds GPT-2 at ``--size``, shards it with fully_shard as train.py does, gives every parameter a
+gradient, takes one step with each optimizer, and counts the bytes of each rank's local shards of
+the optimizer state (scalar step counters left out). Prints a table and, with --json, writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from model import GPT, SIZES, GPTConfig  # noqa: E402
+from optim import build_optimizer  # noqa: E402
+
+
+def local_state_bytes(optimizer) -> int:
+    total = 0
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                t = value.to_local() if isinstance(value, DTensor) else value
+                total += t.numel() * t.element_size()
+    return total
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="small", choices=list(SIZES) + ["tiny"])
+    parser.add_argument("--optimizers", nargs="+", default=["adamw", "adams", "lion", "adam_mini"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(args.device, rank % torch.cuda.device_count()) if args.device == "cuda" else torch.device("cpu")
+    mesh = init_device_mesh(device.type, (world,))
+    dims = dict(n_layer=2, n_head=2, n_embd=64) if args.size == "tiny" else SIZES[args.size]
+    rows = []
+    for name in args.optimizers:
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=50304, **dims)).to(device)
+        for block in model.transformer.h:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        n_local = sum(p.to_local().numel() for p in model.parameters())
+        optimizer = build_optimizer(name, model, implementation="foreach" if name != "adam_mini" else "auto",
+                                    lr=1e-4, weight_decay=0.1)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        mine = torch.tensor([local_state_bytes(optimizer), n_local], dtype=torch.float64)
+        gathered = [torch.zeros_like(mine) for _ in range(world)]
+        dist.all_gather(gathered, mine)
+        per_rank = [int(g[0]) for g in gathered]
+        rows.append(dict(optimizer=name, state_bytes_per_rank=per_rank, params_per_rank=[int(g[1]) for g in gathered]))
+        del model, optimizer
+    if rank == 0:
+        print(f"GPT-2 {args.size}, FSDP2 over {world} ranks ({args.device}): optimizer-state bytes on each rank")
+        base = rows[0]["state_bytes_per_rank"][0] if rows[0]["optimizer"] == "adamw" else None
+        for r in rows:
+            ratio = f" ({r['state_bytes_per_rank'][0] / base:.3f}x adamw)" if base else ""
+            print(f"  {r['optimizer']:10} {', '.join(f'{b / 2**20:.1f} MiB' for b in r['state_bytes_per_rank'])}{ratio}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(dict(size=args.size, world_size=world, device=args.device, rows=rows), indent=2))
+    dist.destroy_process_group()
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Scale-out on CPU with gloo: FSDP2 for every optimizer, sharded <-> single-process checkpoints, two 'nodes'."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import train
+from optim import OPTIMIZERS
+from tests.conftest import tiny_config
+from tests.test_reliability import losses
+from tests.test_train import LR, cli_args
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def env():
+    e = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ADAMS_GPT_FAULTS")}
+    e["OMP_NUM_THREADS"] = "1"
+    return e
+
+
+def torchrun(*args, timeout=300):
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", *args], cwd=REPO, capture_output=True,
+                            text=True, env=env(), timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def assert_close_losses(a, b, rel=1e-5):
+    a, b = losses(a), losses(b)
+    assert a.keys() == b.keys() and a
+    for it in a:  # the reductions run in another order: equal to float tolerance
+        assert b[it] == pytest.approx(a[it], rel=rel), it
+
+
+def test_optimizers_on_sharded_parameters_equal_unsharded():
+    result = torchrun("--standalone", "--nproc_per_node=2", "tests/dist_optim_worker.py")
+    for name in ("adams", "lion", "adam_mini"):
+        assert f"{name}: sharded == unsharded" in result.stdout
+
+
+def run_config(data_dir, out, name, **overrides):
+    values = dict(optimizer=name, learning_rate=LR[name], min_lr=LR[name] / 10, gradient_accumulation_steps=2,
+                  max_iters=4, eval_interval=4, lr_decay_iters=8)
+    values.update(overrides)
+    return tiny_config(data_dir, out, **values)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_fsdp_two_processes_match_one_process(name, data_dir, tmp_path):
+    single = run_config(data_dir, tmp_path / "single", name)
+    train.main(single)
+    sharded = run_config(data_dir, tmp_path / "fsdp", name, fsdp=True)
+    torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(sharded))
+    assert_close_losses(single.out_dir, sharded.out_dir)
+
+
+def test_sharded_checkpoint_resumes_in_one_process_and_the_reverse(data_dir, tmp_path):
+    whole = run_config(data_dir, tmp_path / "whole", "adam_mini", max_iters=8)
+    train.main(whole)
+    # FSDP on 2 ranks for 4 iterations, then one process resumes to 8
+    first = run_config(data_dir, tmp_path / "a", "adam_mini", fsdp=True)
+    torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(first))
+    train.main(run_config(data_dir, tmp_path / "a", "adam_mini", max_iters=8, init_from="resume"))
+    assert_close_losses(whole.out_dir, tmp_path / "a")
+    # one process for 4 iterations, then FSDP on 2 ranks resumes to 8
+    train.main(run_config(data_dir, tmp_path / "b", "adam_mini"))
+    second = run_config(data_dir, tmp_path / "b", "adam_mini", max_iters=8, init_from="resume", fsdp=True)
+    torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(second))
+    assert_close_losses(whole.out_dir, tmp_path / "b")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_on_loopback_match_one_process(data_dir, tmp_path):
+    single = run_config(data_dir, tmp_path / "single", "adams")
+    train.main(single)
+    nodes = run_config(data_dir, tmp_path / "nodes", "adams")
+    port = free_port()
+    launchers = [
+        subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+                          f"--node_rank={rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                          "--rdzv-id=adams-gpt-test", "train.py", *cli_args(nodes)],
+                         cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)
+    ]
+    for launcher in launchers:
+        _, err = launcher.communicate(timeout=300)
+        assert launcher.returncode == 0, err[-3000:]
+    assert_close_losses(single.out_dir, nodes.out_dir)
