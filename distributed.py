@@ -20,10 +20,6 @@ class Dist:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1 or dist.is_initialized()
-
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":
@@ -55,10 +51,6 @@ def setup(backend: str, device: str) -> Dist:
         torch.cuda.set_device(dev)
     dist.init_process_group(backend=backend, device_id=dev if dev.type == "cuda" else None)
     return Dist(rank, local_rank, world_size, dev)
-
-
-def world_size_from_env() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,6 @@ SIZES = {
     "large": dict(n_layer=36, n_head=20, n_embd=1280),  # 774M
     "xl": dict(n_layer=48, n_head=25, n_embd=1600),  # 1558M
 }
-HF_NAMES = {"gpt2": "small", "gpt2-medium": "medium", "gpt2-large": "large", "gpt2-xl": "xl"}
 
 
 class CausalSelfAttention(nn.Module):
