@@ -3,7 +3,9 @@
 Layout inside ``out_dir``::
 
     checkpoints/ckpt_00001000.pt   one file per saved iteration; the last ``keep`` are kept
-    checkpoints/latest             the file name of the newest complete checkpoint
+    checkpoints/ckpt_00001000.dcp/ the same from a sharded (FSDP) run: torch.distributed.checkpoint
+                                   shards, one set per rank, plus meta.pt with everything else
+    checkpoints/latest             the name of the newest complete checkpoint
 
 Each file is written to a temporary name in the same folder, flushed to disk (fsync), renamed
 into place with ``os.replace`` (atomic on POSIX), and the folder entry flushed too. Only then is
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from errors import UserError
 
 FOLDER = "checkpoints"
 LATEST = "latest"
-PATTERN = re.compile(r"^ckpt_(\d{8})\.pt$")
+PATTERN = re.compile(r"^ckpt_(\d{8})\.(pt|dcp)$")
 MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "bias")
 
 
@@ -86,10 +89,54 @@ def save(out_dir: str | os.PathLike, state: dict, keep: int = 2, during_write: C
     else:  # tests: interrupt the write halfway (the size estimate only needs to be rough)
         expected = sum(t.numel() * t.element_size() for t in _tensors(state)) or 1
         _atomic_write(path, lambda f: torch.save(state, _HookAfterHalf(f, expected, during_write)))
-    _atomic_write(folder / LATEST, lambda f: f.write(path.name.encode()))
-    for old in checkpoints(out_dir)[:-keep]:
-        old.unlink()
+    _publish(folder, path, keep)
     return path
+
+
+def _publish(folder: Path, path: Path, keep: int) -> None:
+    """Point ``latest`` at a complete checkpoint, then prune the oldest beyond ``keep``."""
+    _atomic_write(folder / LATEST, lambda f: f.write(path.name.encode()))
+    for old in checkpoints(folder.parent)[:-keep]:
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+
+
+def save_sharded(out_dir: str | os.PathLike, model_state: dict, optim_state: dict, meta: dict, keep: int,
+                 is_main: bool) -> Path:
+    """A sharded checkpoint through torch.distributed.checkpoint; every rank calls it.
+
+    The shards go to a temporary folder; rank 0 adds ``meta.pt`` (iteration, config, RNG states,
+    ...), renames the folder into place and only then moves ``latest``.
+    """
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    folder = Path(out_dir) / FOLDER
+    path = folder / f"ckpt_{meta['iter_num']:08d}.dcp"
+    tmp = folder / f".{path.name}.tmp"
+    if is_main:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    dist.barrier()
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
+    dist.barrier()  # every rank's shards are written
+    if is_main:
+        _atomic_write(tmp / "meta.pt", lambda f: torch.save(meta, f))
+        os.replace(tmp, path)
+        _fsync_dir(folder)
+        _publish(folder, path, keep)
+    dist.barrier()
+    return path
+
+
+def load_sharded(path: Path, model_state: dict, optim_state: dict) -> None:
+    """Fill ``model_state`` and ``optim_state`` in place from a sharded checkpoint, resharding as needed."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        dcp.load({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(path))
+    except Exception as e:
+        raise UserError(f"sharded checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
+                        "move it aside to resume from an older one") from e
 
 
 def _tensors(obj):
@@ -123,7 +170,12 @@ def load(out_dir: str | os.PathLike, map_location="cpu") -> dict:
 
 
 def load_file(path: Path, map_location="cpu") -> dict:
+    """A checkpoint's contents; for a sharded one, its meta.pt plus ``dcp_path`` to load the tensors from."""
     try:
+        if path.is_dir():
+            state = torch.load(path / "meta.pt", map_location=map_location, weights_only=False)
+            state["dcp_path"] = path
+            return state
         state = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:
         older = [p.name for p in checkpoints(path.parent.parent) if p != path]

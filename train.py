@@ -245,10 +245,16 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
 
     optimizer = build_optimizer(cfg.optimizer, model, implementation=cfg.implementation, **optimizer_kwargs(cfg))
     start_iter, tokens_seen, best_val, skipped = 0, 0, float("inf"), 0
-    if resume_state is not None:
-        # full (unsharded) state dicts, sharded or not on the way in: any checkpoint fits any layout
+    if resume_state is not None and "dcp_path" in resume_state:
+        # a sharded checkpoint: torch.distributed.checkpoint reshards it into this run's layout
+        model_state, optim_state = get_state_dict(model, optimizer)
+        checkpoint.load_sharded(resume_state["dcp_path"], model_state, optim_state)
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    elif resume_state is not None:
+        # a full (unsharded) state dict fits any layout, FSDP's included
         set_state_dict(model, optimizer, model_state_dict=checkpoint.clean_state_dict(resume_state["model"]),
                        optim_state_dict=resume_state["optimizer"], options=StateDictOptions(full_state_dict=True))
+    if resume_state is not None:
         scaler.load_state_dict(resume_state["scaler"])
         start_iter, tokens_seen = resume_state["iter_num"], resume_state["tokens"]
         best_val, skipped = resume_state["best_val_loss"], resume_state["skipped_steps"]
@@ -320,17 +326,18 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
             raise UserError(f"iteration {it}: the parameters hold NaN/Inf; refusing to checkpoint them. "
                             f"The last good checkpoint is {checkpoint.latest(out_dir)}")
         rng = distributed.all_gather_object(rng_states(device))  # every rank's, for an exact resume
-        # full state dicts (gathered from the shards under FSDP), the same format for every layout
+        meta = dict(scaler=scaler.state_dict(), iter_num=it, tokens=tokens_seen, best_val_loss=best_val,
+                    skipped_steps=skipped, rng=rng, data_position=dict(seed=cfg.seed, iter=it),  # batches follow from these
+                    config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(), model_source=model_source)
+        if cfg.fsdp:  # each rank writes its own shards
+            model_state, optim_state = get_state_dict(raw_model, optimizer)
+            checkpoint.save_sharded(out_dir, model_state, optim_state, meta, cfg.keep_checkpoints, dist_.is_main)
+            return
         model_state, optim_state = get_state_dict(raw_model, optimizer,
                                                   options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if dist_.is_main:
-            state = dict(
-                model=model_state, optimizer=optim_state, scaler=scaler.state_dict(),
-                iter_num=it, tokens=tokens_seen, best_val_loss=best_val, skipped_steps=skipped, rng=rng,
-                data_position=dict(seed=cfg.seed, iter=it),  # batches are a pure function of these
-                config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(), model_source=model_source,
-            )
-            checkpoint.save(out_dir, state, keep=cfg.keep_checkpoints, during_write=faults.save_hook(it))
+            checkpoint.save(out_dir, dict(meta, model=model_state, optimizer=optim_state), keep=cfg.keep_checkpoints,
+                            during_write=faults.save_hook(it))
         distributed.barrier()
 
     from tqdm import tqdm

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import checkpoint
 import train
 from optim import OPTIMIZERS
 from tests.conftest import tiny_config
@@ -62,16 +63,30 @@ def test_fsdp_two_processes_match_one_process(name, data_dir, tmp_path):
 def test_sharded_checkpoint_resumes_in_one_process_and_the_reverse(data_dir, tmp_path):
     whole = run_config(data_dir, tmp_path / "whole", "adam_mini", max_iters=8)
     train.main(whole)
-    # FSDP on 2 ranks for 4 iterations, then one process resumes to 8
+    # FSDP on 2 ranks for 4 iterations writes torch.distributed.checkpoint shards...
     first = run_config(data_dir, tmp_path / "a", "adam_mini", fsdp=True)
     torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(first))
+    saved = checkpoint.latest(first.out_dir)
+    assert saved.name == "ckpt_00000004.dcp" and saved.is_dir() and (saved / "meta.pt").exists()
+    # ...which one process resumes to 8
     train.main(run_config(data_dir, tmp_path / "a", "adam_mini", max_iters=8, init_from="resume"))
     assert_close_losses(whole.out_dir, tmp_path / "a")
-    # one process for 4 iterations, then FSDP on 2 ranks resumes to 8
+    # one process for 4 iterations, then FSDP on 2 ranks resumes to 8 from the .pt checkpoint
     train.main(run_config(data_dir, tmp_path / "b", "adam_mini"))
     second = run_config(data_dir, tmp_path / "b", "adam_mini", max_iters=8, init_from="resume", fsdp=True)
     torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(second))
     assert_close_losses(whole.out_dir, tmp_path / "b")
+    assert checkpoint.latest(second.out_dir).name == "ckpt_00000008.dcp"
+
+
+def test_sharded_run_resumes_sharded(data_dir, tmp_path):
+    whole = run_config(data_dir, tmp_path / "whole", "adams", max_iters=8, fsdp=True)
+    torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(whole))
+    half = run_config(data_dir, tmp_path / "half", "adams", fsdp=True)
+    torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(half))
+    rest = run_config(data_dir, tmp_path / "half", "adams", max_iters=8, fsdp=True, init_from="resume")
+    torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(rest))
+    assert_close_losses(whole.out_dir, half.out_dir, rel=1e-6)
 
 
 def free_port() -> int:
