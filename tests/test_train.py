@@ -119,8 +119,10 @@ def cli_args(cfg: TrainConfig) -> list[str]:
     return [f"--{k}={v}" for k, v in vars(cfg).items()]
 
 
-def test_two_ddp_processes_match_one_process_with_twice_the_accumulation(data_dir, tmp_path):
-    common = dict(max_iters=6, eval_interval=6, gradient_accumulation_steps=2, optimizer="adams")
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_two_ddp_processes_match_one_process_with_twice_the_accumulation(name, data_dir, tmp_path):
+    common = dict(max_iters=6, eval_interval=6, gradient_accumulation_steps=2, optimizer=name,
+                  learning_rate=LR[name], min_lr=LR[name] / 10)
     single = tiny_config(data_dir, tmp_path / "one", **common)
     train.main(single)
     ddp = tiny_config(data_dir, tmp_path / "two", **common)
