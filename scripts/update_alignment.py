@@ -127,8 +127,10 @@ def main(argv=None):
     steps = sorted({r["step"] for r in rows})
     grids = {key: np.array([[next(r[key] for r in rows if r["step"] == s and r["param"] == n) for s in steps] for n in params])
              for key in ("cos_adams", "cos_adam_mini")}
+    thirds = np.array_split(np.arange(len(steps)), 3)
     for key, grid in grids.items():
-        print(f"{key}: mean cosine with AdamW {grid.mean():.3f} (min {grid.min():.3f})")
+        parts = ", ".join(f"steps {steps[t[0]]}-{steps[t[-1]]}: {grid[:, t].mean():.3f}" for t in thirds if len(t))
+        print(f"{key}: mean cosine with AdamW {grid.mean():.3f} (min {grid.min():.3f}); by thirds of the run: {parts}")
     plot(grids, params, steps, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.csv')}")
     return grids
