@@ -152,6 +152,7 @@ def main(cfg: TrainConfig) -> dict:
         return train(cfg, dist_)
     finally:
         distributed.teardown()
+        torch.set_flush_denormal(False)  # leave the process as we found it (tests, notebooks call main)
 
 
 def prepare_out_dir(cfg: TrainConfig, dist_: distributed.Dist) -> dict | None:

@@ -32,3 +32,11 @@ def tiny_config(data_dir: Path, out_dir: Path, **overrides) -> TrainConfig:
     )
     values.update(overrides)
     return TrainConfig(**values)
+
+
+def per_optimizer(names, representatives=("adams", "adam_mini")):
+    """Parametrize over optimizers; all but the representatives are marked slow (out of CI's budget).
+
+    Run them with `python -m pytest -m slow`, everything with `python -m pytest -m "slow or not slow"`.
+    """
+    return [pytest.param(n, marks=() if n in representatives else pytest.mark.slow) for n in names]

@@ -11,7 +11,7 @@ import pytest
 import checkpoint
 import train
 from optim import OPTIMIZERS
-from tests.conftest import tiny_config
+from tests.conftest import per_optimizer, tiny_config
 from tests.test_reliability import losses
 from tests.test_train import LR, cli_args
 
@@ -51,7 +51,7 @@ def run_config(data_dir, out, name, **overrides):
     return tiny_config(data_dir, out, **values)
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("name", per_optimizer(OPTIMIZERS))
 def test_fsdp_two_processes_match_one_process(name, data_dir, tmp_path):
     single = run_config(data_dir, tmp_path / "single", name)
     train.main(single)
