@@ -54,7 +54,7 @@ class TrainConfig:
     bias: bool = False  # biases in Linear and LayerNorm layers (GPT-2 has them)
     # optimizer
     optimizer: str = "adams"  # a name from optim.OPTIMIZERS
-    learning_rate: float = 3e-3  # peak learning rate
+    learning_rate: float = 1e-3  # peak; AdamS at 2K-token batches needs ~1/3 of AdamW's (results/README.md)
     max_iters: int = 1200  # total iterations
     weight_decay: float = 0.1  # decoupled; matrices and embeddings only
     beta1: float = 0.9  # momentum coefficient (AdamW, AdamS, Adam-mini, Lion)
@@ -69,7 +69,7 @@ class TrainConfig:
     decay_lr: bool = True  # False keeps learning_rate constant
     warmup_iters: int = 100  # linear warmup from ~0 to learning_rate
     lr_decay_iters: int = 1200  # ~ max_iters, per Chinchilla
-    min_lr: float = 3e-4  # ~ learning_rate / 10, per Chinchilla and the AdamS paper
+    min_lr: float = 1e-4  # ~ learning_rate / 10, per Chinchilla and the AdamS paper
     # system
     backend: str = "auto"  # DDP backend: 'nccl', 'gloo', or 'auto' (nccl on CUDA, gloo on CPU)
     device: str = "auto"  # 'cpu', 'cuda', 'cuda:N', 'mps', or 'auto'
