@@ -3,8 +3,8 @@
     python scripts/plot_curves.py out/train_gpt2_small_adamw out/train_gpt2_small_adams out/train_gpt2_small_lion
     python scripts/plot_curves.py results/runs/optimizers/* --group optimizer --out results/optimizers
 
-Each argument is a run's out_dir. With ``--group KEY``, runs whose config agrees on KEY (e.g.
-``optimizer``) are drawn as one curve: the mean over seeds with a band of ± one standard deviation. Writes a PNG and a CSV of the plotted numbers.
+Each argument is a run's out_dir. With ``--group KEY [KEY ...]``, runs whose config agrees on
+those keys (e.g. ``optimizer``, or ``optimizer learning_rate``) are drawn as one curve: the mean over seeds with a band of ± one standard deviation. Writes a PNG and a CSV of the plotted numbers.
 """
 
 from __future__ import annotations
@@ -22,18 +22,19 @@ def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
     return config, evals
 
 
-def group_of(out_dir: Path, config: dict, key: str | None) -> str:
-    if key is None:
+def group_of(out_dir: Path, config: dict, keys: list[str] | None) -> str:
+    if not keys:
         return out_dir.name
-    if key not in config:
-        raise SystemExit(f"{out_dir}: its config has no key '{key}' to group by")
-    return str(config[key])
+    missing = [k for k in keys if k not in config]
+    if missing:
+        raise SystemExit(f"{out_dir}: its config has no key {missing[0]!r} to group by")
+    return str(config[keys[0]]) if len(keys) == 1 else ", ".join(f"{k}={config[k]}" for k in keys)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="out_dirs holding metrics.jsonl and config.json")
-    parser.add_argument("--group", help="config key whose value groups runs into one curve (e.g. optimizer)")
+    parser.add_argument("--group", nargs="+", help="config keys whose values group runs into one curve (e.g. optimizer)")
     parser.add_argument("--x", choices=["iter", "tokens"], default="iter")
     parser.add_argument("--out", type=Path, default=Path("results/curves"), help="output path without extension")
     parser.add_argument("--title", default="validation loss")
