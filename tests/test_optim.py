@@ -445,3 +445,21 @@ def test_papers_lemma_bound_is_violated():
     assert tight_bound(b1, b2) == pytest.approx(1.026, abs=1e-3)
     step = one_step_from(1.0, 1.0, b1, b2)  # m = g: a step of exactly lr
     assert step == pytest.approx(1.0, rel=1e-12) and step > lemma
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_torch_lr_schedulers_drive_adams(impl):
+    p = nn.Parameter(torch.zeros(300, 300))  # large enough for the fused kernel
+    opt = AdamS([p], lr=1.0, eps=0.0, weight_decay=0.0, bias_correction=False, **IMPLS[impl])
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5**step)
+    for step in range(3):
+        before = p.detach().clone()
+        p.grad = torch.ones_like(p)
+        opt.step()
+        schedule.step()
+        # gradient 1, no bias correction: m_t = 1 - 0.9^t = 0.1 * sum(0.9^k, k < t), and the step is
+        # lr_t * m_t / sqrt(0.95 * m_{t-1}^2 + 0.05), with lr_t halving each step
+        want = 0.5**step * (0.1 / math.sqrt(0.05) if step == 0 else
+                            (0.1 * sum(0.9**k for k in range(step + 1))) /
+                            math.sqrt(0.95 * (0.1 * sum(0.9**k for k in range(step))) ** 2 + 0.05))
+        torch.testing.assert_close(before - p.detach(), torch.full_like(p, want), rtol=1e-5, atol=0)
