@@ -77,6 +77,7 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, locally")
     parser.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun when > 1)")
     parser.add_argument("--print-commands", action="store_true", help="print the commands instead of running them")
+    parser.add_argument("--summarize", action="store_true", help="only tabulate the runs that finished; run nothing")
     args = parser.parse_args(argv)
 
     grid = parse_grid(args.grid)
@@ -87,6 +88,10 @@ def main(argv=None):
     if args.print_commands:
         for point, seed, out_dir in runs:
             print(" ".join(command(args.configs, point, seed, out_dir, extra, args.nproc)))
+        return
+
+    if args.summarize:
+        summarize(runs, list(grid), args.out)
         return
 
     todo = [(p, s, d) for p, s, d in runs if not final_val_loss(d)[1]]
@@ -122,19 +127,26 @@ def summarize(runs, keys: list[str], out: Path) -> list[dict]:
         writer = csv.DictWriter(f, fieldnames=[*keys, "seed", "val_loss", "finished"])
         writer.writeheader()
         writer.writerows(rows)
+    done = {}
+    for point, _, out_dir in runs:
+        key = tuple(point.items())
+        done[key] = done.get(key, True) and final_val_loss(out_dir)[1]
     summary = []
     for point, values in by_point.items():
         finite = [v for v in values if math.isfinite(v)]
         mean = statistics.mean(values) if len(finite) == len(values) else math.inf
         std = statistics.stdev(values) if len(values) > 1 and math.isfinite(mean) else 0.0
-        summary.append(dict(point, mean=mean, std=std, n=len(values)))
+        summary.append(dict(point, mean=mean, std=std, n=len(values), finished=done[point]))
     with open(out / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*keys, "mean", "std", "n"])
+        writer = csv.DictWriter(f, fieldnames=[*keys, "mean", "std", "n", "finished"])
         writer.writeheader()
         writer.writerows(summary)
     lines = ["| " + " | ".join(keys + ["final val loss (mean ± std)", "seeds"]) + " |", "|" + " --- |" * (len(keys) + 2)]
     for s in summary:
-        cell = f"{s['mean']:.4f} ± {s['std']:.4f}" if math.isfinite(s["mean"]) else "diverged"
+        if not s["finished"]:
+            cell = "not run yet"
+        else:
+            cell = f"{s['mean']:.4f} ± {s['std']:.4f}" if math.isfinite(s["mean"]) else "diverged"
         lines.append("| " + " | ".join([str(s[k]) for k in keys] + [cell, str(s["n"])]) + " |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -153,13 +165,16 @@ def heatmap(summary: list[dict], keys: list[str], path: Path) -> None:
     rows = sorted({s[keys[0]] for s in summary}, key=_sort_key)
     cols = sorted({s[keys[1]] for s in summary}, key=_sort_key)
     grid = np.full((len(rows), len(cols)), np.nan)
+    labels = np.full((len(rows), len(cols)), "", dtype=object)
     for s in summary:
-        grid[rows.index(s[keys[0]]), cols.index(s[keys[1]])] = s["mean"] if math.isfinite(s["mean"]) else np.nan
+        i, j = rows.index(s[keys[0]]), cols.index(s[keys[1]])
+        grid[i, j] = s["mean"] if s["finished"] and math.isfinite(s["mean"]) else np.nan
+        labels[i, j] = "not run" if not s["finished"] else ("diverged" if np.isnan(grid[i, j]) else f"{grid[i, j]:.3f}")
     fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 2, 0.9 * len(rows) + 1.5))
     image = ax.imshow(grid, cmap="viridis_r")
     for i in range(len(rows)):
         for j in range(len(cols)):
-            text = "diverged" if np.isnan(grid[i, j]) else f"{grid[i, j]:.3f}"
+            text = labels[i, j]
             ax.text(j, i, text, ha="center", va="center", color="white" if np.isnan(grid[i, j]) else "black", fontsize=9)
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows)

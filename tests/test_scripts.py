@@ -141,3 +141,12 @@ def test_bench_train_runs_train_py_and_reads_its_metrics(tmp_path):
     assert [r["optimizer"] for r in rows] == ["adamw", "adams"]
     assert all(r["tokens_per_s"] > 0 and r["mfu"] is None for r in rows)  # no peak FLOPs known for a CPU
     assert rows[1]["config"]["config"]["optimizer"] == "adams"
+
+
+def test_sweep_summarize_only_runs_nothing(sweep_out, tmp_path, capsys):
+    out, args = sweep_out
+    more = [a if a != "beta2=0.95,0.999" else "beta2=0.95,0.999,0.9" for a in args]
+    sweep.main([*more, "--summarize"])
+    text = capsys.readouterr().out
+    assert "| 0.9 | 0.9 | not run yet | 2 |" in text
+    assert not list(out.glob("beta1=0.9_beta2=0.9_seed=*"))  # nothing was started
