@@ -171,11 +171,12 @@ def heatmap(summary: list[dict], keys: list[str], path: Path) -> None:
         grid[i, j] = s["mean"] if s["finished"] and math.isfinite(s["mean"]) else np.nan
         labels[i, j] = "not run" if not s["finished"] else ("diverged" if np.isnan(grid[i, j]) else f"{grid[i, j]:.3f}")
     fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 2, 0.9 * len(rows) + 1.5))
-    image = ax.imshow(grid, cmap="viridis_r")
+    cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgrey")  # unfinished or diverged points in grey
+    image = ax.imshow(grid, cmap=cmap)
     for i in range(len(rows)):
         for j in range(len(cols)):
-            text = labels[i, j]
-            ax.text(j, i, text, ha="center", va="center", color="white" if np.isnan(grid[i, j]) else "black", fontsize=9)
+            cell = cmap.get_bad() if np.isnan(grid[i, j]) else cmap(image.norm(grid[i, j]))
+            ax.text(j, i, labels[i, j], ha="center", va="center", color=label_color(cell), fontsize=9)
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlabel(keys[1])
@@ -185,6 +186,12 @@ def heatmap(summary: list[dict], keys: list[str], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+def label_color(rgba) -> str:
+    """Black text on light cells, white on dark ones (relative luminance, ITU-R BT.709 weights)."""
+    r, g, b = rgba[:3]
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.45 else "white"
 
 
 def _sort_key(value: str):

@@ -69,6 +69,15 @@ def test_sweep_runs_every_point_and_seed_and_tabulates(sweep_out):
     assert (config["beta1"], config["beta2"], config["seed"]) == (0.95, 0.999, 2)
 
 
+def test_heatmap_labels_are_readable_on_both_ends_of_the_colormap():
+    import matplotlib
+
+    cmap = matplotlib.colormaps["viridis_r"]
+    assert sweep.label_color(cmap(0.0)) == "black"  # viridis_r's low end is pale yellow
+    assert sweep.label_color(cmap(1.0)) == "white"  # its high end is dark purple
+    assert sweep.label_color(matplotlib.colors.to_rgba("lightgrey")) == "black"
+
+
 def test_sweep_skips_finished_runs(sweep_out, capsys):
     out, args = sweep_out
     before = {p: p.stat().st_mtime for p in out.glob("*/metrics.jsonl")}
