@@ -54,7 +54,8 @@ def main(argv=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    finals = []
     for label, runs in sorted(groups.items()):
         xs = sorted(set.intersection(*({e[args.x] for e in evals} for evals in runs)))[args.skip_first:]
         by_x = [{e[args.x]: e["val_loss"] for e in evals} for evals in runs]
@@ -63,11 +64,15 @@ def main(argv=None):
         line, = ax.plot(xs, means, label=f"{label} (n={len(runs)}): {means[-1]:.4f}")
         ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                         color=line.get_color(), alpha=0.2)
+        finals.append((means[-1], line))
         rows += [dict(group=label, x=x, mean=m, std=s, n=len(runs)) for x, m, s in zip(xs, means, stds)]
     ax.set_xlabel(args.x)
     ax.set_ylabel("validation loss")
     ax.set_title(args.title)
-    ax.legend()
+    # The legend sits right of the axes, best final loss first, so it reads as a ranking and hides no curve.
+    ranked = [line for _, line in sorted(finals, key=lambda f: f[0])]
+    ax.legend(ranked, [line.get_label() for line in ranked], loc="upper left", bbox_to_anchor=(1.01, 1),
+              fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)

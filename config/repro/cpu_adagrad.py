@@ -1,8 +1,8 @@
 """Small-scale reproduction on a CPU: adagrad on the embedded corpus (see results/README.md).
 
 Adagrad with AdamW's lr and schedule, torch's defaults otherwise (no weight decay), as in the paper's appendix.
-The paper's recipe scaled down: warmup then cosine to 0.1x lr, clip 1.0; a 0.8M-parameter GPT,
-16 x 128 = 2,048 byte tokens per iteration, 600 iterations (1.2M tokens).
+The paper's recipe scaled down: warmup then cosine to 0.1x lr, clip 1.0; a 0.8M-parameter GPT
+(3.2M with --set n_embd=256), 16 x 128 = 2,048 byte tokens per iteration, 600 iterations (1.2M tokens).
 """
 
 dataset = "pystdlib"
