@@ -9,6 +9,9 @@ gradients, the statistics AdamS and Adam-mini would hold (the momentum is shared
 m = β1·m + (1−β1)·g), and computes for every parameter tensor the cosine similarity between the
 update AdamW makes and the update each of the others would make (weight decay left out: it is the
 same term for all three). Writes a CSV and two heatmaps (tensor × iteration), like the paper's.
+It also records how much longer or shorter each update is than AdamW's (the ratio of their norms):
+the paper's Section 2.3 predicts AdamS's steps to be up to ~3× AdamW's where gradient noise
+dominates, which is why AdamS can want a lower learning rate at small batches.
 The AdamW update computed here is checked against the parameter change torch's AdamW actually made.
 """
 
@@ -34,6 +37,18 @@ from tokens import read_tokens  # noqa: E402
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return F.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0).item()
+
+
+SUMMARIES = {  # CSV column: (how it is summarised over tensors and steps, what it holds)
+    "cos_adams": (np.mean, "cosine with AdamW's update"),
+    "cos_adam_mini": (np.mean, "cosine with AdamW's update"),
+    "norm_adams": (np.median, "length relative to AdamW's update"),  # brief spikes to ~100 would swamp a mean
+    "norm_adam_mini": (np.median, "length relative to AdamW's update"),
+}
+
+
+def norm_ratio(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double().norm() / b.double().norm()).item()
 
 
 def main(argv=None):
@@ -106,6 +121,7 @@ def main(argv=None):
                 denom = (v_mini[n] / bc2).sqrt() + eps
                 mini = m_hat / (denom if block.rule == "adam" else expand_blocks(denom, block, p.dim()))
                 rows.append(dict(step=step, param=n, cos_adams=cosine(adamw, adams), cos_adam_mini=cosine(adamw, mini),
+                                 norm_adams=norm_ratio(adams, adamw), norm_adam_mini=norm_ratio(mini, adamw),
                                  _adamw=adamw))
         optimizer.step()
         if compare:
@@ -120,17 +136,19 @@ def main(argv=None):
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["step", "param", "cos_adams", "cos_adam_mini"])
+        writer = csv.DictWriter(f, fieldnames=["step", "param", *SUMMARIES])
         writer.writeheader()
         writer.writerows(rows)
     params = [n for n, _ in named]
     steps = sorted({r["step"] for r in rows})
     grids = {key: np.array([[next(r[key] for r in rows if r["step"] == s and r["param"] == n) for s in steps] for n in params])
-             for key in ("cos_adams", "cos_adam_mini")}
+             for key in SUMMARIES}
     thirds = np.array_split(np.arange(len(steps)), 3)
     for key, grid in grids.items():
-        parts = ", ".join(f"steps {steps[t[0]]}-{steps[t[-1]]}: {grid[:, t].mean():.3f}" for t in thirds if len(t))
-        print(f"{key}: mean cosine with AdamW {grid.mean():.3f} (min {grid.min():.3f}); by thirds of the run: {parts}")
+        stat, what = SUMMARIES[key]
+        parts = ", ".join(f"steps {steps[t[0]]}-{steps[t[-1]]}: {stat(grid[:, t]):.3f}" for t in thirds if len(t))
+        print(f"{key}: {stat.__name__} {what} {stat(grid):.3f} (min {grid.min():.3f}, max {grid.max():.3f}); "
+              f"by thirds of the run: {parts}")
     plot(grids, params, steps, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.csv')}")
     return grids

@@ -125,8 +125,12 @@ def test_update_alignment_heatmaps(data_dir, tmp_path):
     # direction, up to eps, which weighs differently where a gradient is tiny
     assert grids["cos_adams"][:, 0] == pytest.approx(1.0, abs=1e-3)
     assert grids["cos_adams"][:, 0].mean() > grids["cos_adam_mini"][:, 0].mean()
-    for grid in grids.values():
+    # ... and AdamS's step is 1/sqrt(1 - beta2) = sqrt(20) times AdamW's (up to eps)
+    assert grids["norm_adams"][:, 0] == pytest.approx(20**0.5, rel=1e-2)
+    for key in ("cos_adams", "cos_adam_mini"):
+        grid = grids[key]
         assert grid.shape[1] == 3 and ((grid >= -1 - 1e-9) & (grid <= 1 + 1e-9)).all()
+    assert (grids["norm_adam_mini"] > 0).all()
     assert out.with_suffix(".png").exists() and out.with_suffix(".csv").exists()
 
 
