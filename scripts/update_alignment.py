@@ -10,8 +10,8 @@ m = β1·m + (1−β1)·g), and computes for every parameter tensor the cosine s
 update AdamW makes and the update each of the others would make (weight decay left out: it is the
 same term for all three). Writes a CSV and two heatmaps (tensor × iteration), like the paper's.
 It also records how much longer or shorter each update is than AdamW's (the ratio of their norms):
-the paper's Section 2.3 predicts AdamS's steps to be up to ~3× AdamW's where gradient noise
-dominates, which is why AdamS can want a lower learning rate at small batches.
+by the paper's Section 2.3, AdamS's denominator averages ~√10 below AdamW's where gradient noise
+dominates, so its steps are longer; this is how much longer along a real run.
 The AdamW update computed here is checked against the parameter change torch's AdamW actually made.
 """
 
