@@ -9,7 +9,9 @@
         --seeds 1 2 3 --jobs 2 --out results/runs/beta_sweep
 
 A grid key may be any config key, or ``config`` to vary whole config files
-(``--grid config=config/a.py,config/b.py``). Every run gets its own out_dir under ``--out`` and
+(``--grid config=config/a.py,config/b.py``). A ``--set`` value may be a multiple of a grid key,
+so a learning-rate grid keeps the paper's floor at a tenth of the peak:
+``--grid learning_rate=1e-3,2e-3 --set min_lr=0.1*learning_rate``. Every run gets its own out_dir under ``--out`` and
 is started with ``--init_from=auto``, so an interrupted sweep picks up where it stopped: finished
 runs are skipped, half-finished ones resume. The summary (``summary.csv``, ``summary.md``, and a
 heatmap ``summary.png`` when the grid has two keys) gives the final validation loss per point as
@@ -24,6 +26,7 @@ import itertools
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -48,9 +51,30 @@ def run_name(point: dict[str, str], seed: int) -> str:
     return "_".join(parts + [f"seed={seed}"]) or f"seed={seed}"
 
 
-def command(base: list[str], point: dict[str, str], seed: int, out_dir: Path, extra: list[str], nproc: int) -> list[str]:
+SCALED = re.compile(r"^([-+.0-9eE]+)\*([A-Za-z_]\w*)$")  # FACTOR*KEY
+
+
+def resolve_sets(items: list[str], point: dict[str, str]) -> list[str]:
+    """``--set`` items as overrides for one grid point, with ``KEY=FACTOR*GRIDKEY`` evaluated."""
+    out = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"--set {item!r}: write KEY=VALUE")
+        scaled = SCALED.match(value)
+        if scaled:
+            factor, source = scaled.groups()
+            if source not in point:
+                raise SystemExit(f"--set {item!r}: '{source}' is not a --grid key, so there is nothing to scale")
+            value = f"{float(factor) * float(point[source]):.6g}"
+        out.append(f"--{key}={value}")
+    return out
+
+
+def command(base: list[str], point: dict[str, str], seed: int, out_dir: Path, sets: list[str], nproc: int) -> list[str]:
     files = list(base) + ([point["config"]] if "config" in point else [])
     overrides = [f"--{k}={v}" for k, v in point.items() if k != "config"]
+    extra = resolve_sets(sets, point)
     launcher = [sys.executable, "train.py"] if nproc <= 1 else ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
     return launcher + files + overrides + extra + [f"--seed={seed}", f"--out_dir={out_dir}", "--init_from=auto"]
 
@@ -73,7 +97,7 @@ def main(argv=None):
     parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1337])
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and the summary")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra override for every run")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run; VALUE may be FACTOR*GRIDKEY (repeatable)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, locally")
     parser.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun when > 1)")
     parser.add_argument("--print-commands", action="store_true", help="print the commands instead of running them")
@@ -82,12 +106,13 @@ def main(argv=None):
 
     grid = parse_grid(args.grid)
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
-    extra = [f"--{item}" for item in args.set]
+    for point in points:
+        resolve_sets(args.set, point)  # a malformed --set fails before anything runs
     runs = [(point, seed, args.out / run_name(point, seed)) for point in points for seed in args.seeds]
 
     if args.print_commands:
         for point, seed, out_dir in runs:
-            print(" ".join(command(args.configs, point, seed, out_dir, extra, args.nproc)))
+            print(" ".join(command(args.configs, point, seed, out_dir, args.set, args.nproc)))
         return
 
     if args.summarize:
@@ -102,7 +127,7 @@ def main(argv=None):
         point, seed, out_dir = job
         out_dir.mkdir(parents=True, exist_ok=True)
         with open(out_dir / "train.log", "a") as log:
-            code = subprocess.run(command(args.configs, point, seed, out_dir, extra, args.nproc), cwd=REPO, env=env,
+            code = subprocess.run(command(args.configs, point, seed, out_dir, args.set, args.nproc), cwd=REPO, env=env,
                                   stdout=log, stderr=subprocess.STDOUT).returncode
         loss, done = final_val_loss(out_dir)
         print(f"{out_dir.name}: exit {code}, final val loss {loss}")

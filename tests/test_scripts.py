@@ -95,6 +95,16 @@ def test_sweep_prints_torchrun_commands(tmp_path, capsys):
     assert "--init_from=auto" in lines[0]
 
 
+def test_sweep_set_scales_a_grid_key(tmp_path, capsys):
+    sweep.main(["--grid", "learning_rate=1e-3,4e-3", "--set", "min_lr=0.1*learning_rate", "--set", "max_iters=5",
+                "--out", str(tmp_path), "--print-commands"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "--learning_rate=1e-3 --min_lr=0.0001 --max_iters=5" in lines[0]
+    assert "--learning_rate=4e-3 --min_lr=0.0004 --max_iters=5" in lines[1]
+    with pytest.raises(SystemExit, match="'beta1' is not a --grid key"):
+        sweep.main(["--grid", "learning_rate=1e-3", "--set", "min_lr=0.1*beta1", "--out", str(tmp_path), "--print-commands"])
+
+
 def test_plot_curves_groups_seeds(sweep_out, tmp_path):
     out, _ = sweep_out
     rows = plot_curves.main([*map(str, sorted(out.glob("beta1=0.9_*"))), "--group", "beta2", "--out", str(tmp_path / "c")])
