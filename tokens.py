@@ -9,8 +9,9 @@ Layout (little-endian): a 32-byte header, then the tokens.
     (pad)    4 bytes
     count    uint64   number of tokens
 
-Writers write to ``NAME.tmp`` and rename when complete, so an interrupted write never leaves a
-complete-looking file. The reader checks the header against the file's size, so a truncated or
+Writers write to a temporary file of their own (``NAME.<random>.tmp``) and rename when complete, so an interrupted write never leaves a
+complete-looking file, and processes preparing the same dataset at once (the ranks of a run, the
+runs of a sweep) never write into each other's file. The reader checks the header against the file's size, so a truncated or
 foreign file is a clear error naming the file, never silent garbage.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import struct
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +45,13 @@ class TokenWriter:
 
     def __init__(self, path: str | os.PathLike, vocab_size: int):
         self.path = Path(path)
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
         self.vocab_size = vocab_size
         self.dtype = dtype_for(vocab_size)
         self.count = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.tmp, "wb")
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f"{self.path.name}.", suffix=".tmp")
+        self.tmp = Path(tmp)
+        self.file = os.fdopen(fd, "wb")
         self.file.write(b"\0" * HEADER.size)  # the real header is written on close
 
     def write(self, tokens) -> None:
@@ -64,6 +67,7 @@ class TokenWriter:
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
+        os.chmod(self.tmp, 0o644)  # mkstemp made it private to us
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:

@@ -60,3 +60,17 @@ def test_writer_refuses_tokens_outside_the_vocabulary(tmp_path):
     with pytest.raises(ValueError, match="token id 300 is >= vocab_size 256"):
         write_tokens(tmp_path / "t.bin", np.array([1, 300]), 256)
     assert not (tmp_path / "t.bin").exists()
+
+
+def test_concurrent_writers_of_one_file_do_not_collide(tmp_path):
+    # two writers of the same file at once (a sweep's first runs, or a run's ranks, preparing the
+    # embedded dataset together): each finishes, and the file is whole
+    path = tmp_path / "d" / "train.bin"
+    first, second = TokenWriter(path, 256), TokenWriter(path, 256)
+    first.write(np.arange(1000) % 256)
+    second.write(np.arange(1000) % 256)
+    first.close()
+    second.close()
+    tokens, _ = read_tokens(path)
+    assert np.array_equal(tokens, np.arange(1000) % 256)
+    assert [p.name for p in path.parent.iterdir()] == ["train.bin"]  # no temporary file left behind
