@@ -79,13 +79,12 @@ def load_data(cfg: TrainConfig) -> dict[str, np.ndarray]:
     folder = Path(cfg.data_dir)
     folder = (folder if folder.is_absolute() else REPO / folder) / cfg.dataset
     if cfg.dataset == "pystdlib" and not (folder / "train.bin").exists():
-        sys.path.insert(0, str(REPO / "data" / "pystdlib"))
-        from prepare import prepare  # the embedded dataset is built on first use
+        from data.pystdlib.prepare import prepare  # the embedded dataset is built on first use
 
         print(f"preparing the embedded dataset in {folder} (once)...")
         prepare(folder)
     if not folder.is_dir():
-        raise UserError(f"dataset folder {folder} does not exist; run python data/{cfg.dataset}/prepare.py first")
+        raise UserError(f"dataset folder {folder} does not exist; run python -m data.{cfg.dataset}.prepare first")
     data, vocabs = {}, set()
     for split in ("train", "val"):
         data[split], vocab = read_tokens(folder / f"{split}.bin")

@@ -1,7 +1,7 @@
 """Table 1 of the AdamS paper on one device: optimizer memory, peak memory, the largest micro-batch, time per iteration.
 
-    python scripts/bench_memory.py --sizes large xl --json results/gpu/memory.json      # on a GPU
-    python scripts/bench_memory.py --small --sizes small                                # CPU, scaled down
+    python -m scripts.bench_memory --sizes large xl --json results/gpu/memory.json      # on a GPU
+    python -m scripts.bench_memory --small --sizes small                                # CPU, scaled down
 
 For each model size and optimizer: the bytes of optimizer state (measured after a step), the peak
 memory of a training iteration at ``--micro-batch`` (CUDA: ``torch.cuda.max_memory_allocated``;
@@ -17,17 +17,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from model import GPT, SIZES, GPTConfig  # noqa: E402
-from optim import build_optimizer, state_bytes  # noqa: E402
+from model import GPT, SIZES, GPTConfig
+from optim import build_optimizer, state_bytes
 
 OPTIMIZERS = ("adamw", "adams")
 

@@ -1,8 +1,8 @@
 """Time one optimizer step on GPT-2's parameter shapes, for every optimizer and implementation.
 
-    python scripts/bench_optim.py --sizes small                # CPU or CUDA, whichever is here
-    python scripts/bench_optim.py --small                      # scaled-down shapes, seconds
-    python scripts/bench_optim.py --sizes small medium large xl --dtype bfloat16 --json out.json
+    python -m scripts.bench_optim --sizes small                # CPU or CUDA, whichever is here
+    python -m scripts.bench_optim --small                      # scaled-down shapes, seconds
+    python -m scripts.bench_optim --sizes small medium large xl --dtype bfloat16 --json out.json
 
 The step is memory-bound, so besides milliseconds it reports effective bandwidth: the bytes the
 update must move at least (fp32 AdamW reads p, g, m, v and writes p, m, v: 28 bytes/param;
@@ -16,16 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from model import GPT, SIZES, GPTConfig  # noqa: E402
-from optim import AdamMini, AdamS, Lion  # noqa: E402
+from model import GPT, SIZES, GPTConfig
+from optim import AdamMini, AdamS, Lion
 
 # (label, factory, tensors of param size read+written per step, counting p and g)
 CASES = [

@@ -1,7 +1,7 @@
 """Training throughput of AdamW and AdamS: tokens/s and MFU, measured by running train.py itself.
 
-    python scripts/bench_train.py --json results/gpu/train_throughput.json          # GPT-2 Small, one GPU
-    python scripts/bench_train.py --set n_layer=2 --set n_embd=64 --set n_head=2 \\
+    python -m scripts.bench_train --json results/gpu/train_throughput.json          # GPT-2 Small, one GPU
+    python -m scripts.bench_train --set n_layer=2 --set n_embd=64 --set n_head=2 \\
         --set block_size=64 --set batch_size=4 --set compile=False --iters 20          # a CPU smoke run
 
 Each optimizer trains GPT-2 Small (config/train_gpt2_small_<optimizer>.py: bf16 autocast on
@@ -23,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from tokens import write_tokens
 
-from tokens import write_tokens  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None):

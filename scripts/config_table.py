@@ -1,6 +1,6 @@
 """Rewrite the README's configuration table from configurator.TrainConfig (defaults and comments).
 
-    python scripts/config_table.py          # tests/test_docs.py fails until the README is in sync
+    python -m scripts.config_table          # tests/test_docs.py fails until the README is in sync
 """
 
 import re

@@ -1,7 +1,7 @@
 """Section 2.3 of the AdamS paper: the mean and variance of AdamW's and AdamS's denominators.
 
-    python scripts/denominator_moments.py                       # the table, the CSV and the plot
-    python scripts/denominator_moments.py --chains 20000 --out /tmp/moments
+    python -m scripts.denominator_moments                       # the table, the CSV and the plot
+    python -m scripts.denominator_moments --chains 20000 --out /tmp/moments
 
 With i.i.d. gradients X_t ~ N(mu, sigma^2), AdamW's second moment S_t = b2 S_{t-1} + (1 - b2) X_t^2
 and AdamS's V_t = b M_{t-1}^2 + (1 - b) X_t^2 (M the momentum, coefficient b1) have stationary

@@ -1,7 +1,7 @@
 """Optimizer-state bytes per rank under FSDP2, AdamW against AdamS (and the others), measured.
 
-    torchrun --standalone --nproc_per_node=2 scripts/fsdp_state_bytes.py --size small
-    torchrun --standalone --nproc_per_node=8 scripts/fsdp_state_bytes.py --size xl --device cuda
+    torchrun --standalone --nproc_per_node=2 -m scripts.fsdp_state_bytes --size small
+    torchrun --standalone --nproc_per_node=8 -m scripts.fsdp_state_bytes --size xl --device cuda
 
 Builds GPT-2 at ``--size``, shards it with fully_shard as train.py does, gives every parameter a
 gradient, takes one step with each optimizer, and counts the bytes of each rank's local shards of
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -21,10 +20,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from model import GPT, SIZES, GPTConfig  # noqa: E402
-from optim import build_optimizer  # noqa: E402
+from model import GPT, SIZES, GPTConfig
+from optim import build_optimizer
 
 
 def local_state_bytes(optimizer) -> int:

@@ -1,7 +1,7 @@
 """Figures 1 and 4 of the AdamS paper: validation-loss curves of several runs, from their metrics.jsonl.
 
-    python scripts/plot_curves.py out/train_gpt2_small_adamw out/train_gpt2_small_adams out/train_gpt2_small_lion
-    python scripts/plot_curves.py results/runs/optimizers/* --group optimizer --out results/optimizers
+    python -m scripts.plot_curves out/train_gpt2_small_adamw out/train_gpt2_small_adams out/train_gpt2_small_lion
+    python -m scripts.plot_curves results/runs/optimizers/* --group optimizer --out results/optimizers
 
 Each argument is a run's out_dir. With ``--group KEY [KEY ...]``, runs whose config agrees on
 those keys (e.g. ``optimizer``, or ``optimizer learning_rate``) are drawn as one curve: the mean over seeds with a band of ± one standard deviation. Writes a PNG and a CSV of the plotted numbers.

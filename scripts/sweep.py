@@ -1,11 +1,11 @@
 """Run a grid of training runs, several seeds each, and tabulate their final validation losses.
 
     # the paper's Table 4: AdamS over beta1 x beta2, GPT-2 Small on 8 GPUs (prints the commands)
-    python scripts/sweep.py config/train_gpt2_small_adams.py --grid beta1=0.9,0.95 \\
+    python -m scripts.sweep config/train_gpt2_small_adams.py --grid beta1=0.9,0.95 \\
         --grid beta2=0.9,0.95,0.98,0.99,0.999 --out out/beta_sweep --print-commands --nproc 8
 
     # locally, 3 seeds per point, two runs at a time
-    python scripts/sweep.py config/repro/cpu_adams.py --grid beta1=0.9,0.95 --grid beta2=0.95,0.999 \\
+    python -m scripts.sweep config/repro/cpu_adams.py --grid beta1=0.9,0.95 --grid beta2=0.95,0.999 \\
         --seeds 1 2 3 --jobs 2 --out results/runs/beta_sweep
 
 A grid key may be any config key, or ``config`` to vary whole config files

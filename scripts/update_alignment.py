@@ -1,7 +1,7 @@
 """Figure 2 of the AdamS paper: along an AdamW run, how well AdamS's and Adam-mini's updates align with AdamW's.
 
-    python scripts/update_alignment.py                       # a small GPT on the embedded corpus, CPU minutes
-    python scripts/update_alignment.py --n_layer 12 --n_head 12 --n_embd 768 --block_size 1024 \\
+    python -m scripts.update_alignment                       # a small GPT on the embedded corpus, CPU minutes
+    python -m scripts.update_alignment --n_layer 12 --n_head 12 --n_embd 768 --block_size 1024 \\
         --dataset openwebtext --steps 2000 --every 50 --device cuda     # GPT-2 Small, as in the paper
 
 A GPT trains with ``torch.optim.AdamW``. At every step the script also keeps, from the very same
@@ -20,19 +20,17 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from model import GPT, GPTConfig
+from optim.adam_mini import block_mean, expand_blocks, partition
+from tokens import read_tokens
 
-from model import GPT, GPTConfig  # noqa: E402
-from optim.adam_mini import block_mean, expand_blocks, partition  # noqa: E402
-from tokens import read_tokens  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -73,8 +71,7 @@ def main(argv=None):
 
     folder = args.data_dir / args.dataset
     if args.dataset == "pystdlib" and not (folder / "train.bin").exists():
-        sys.path.insert(0, str(REPO / "data" / "pystdlib"))
-        from prepare import prepare
+        from data.pystdlib.prepare import prepare
 
         prepare(folder)
     tokens, vocab = read_tokens(folder / "train.bin")

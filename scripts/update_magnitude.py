@@ -1,6 +1,6 @@
 """Figure 3 of the AdamS paper: how far AdamS moves a coordinate, given its gradient/momentum ratio.
 
-    python scripts/update_magnitude.py                   # results/analysis/update_magnitude.{png,csv}
+    python -m scripts.update_magnitude                   # results/analysis/update_magnitude.{png,csv}
 
 With momentum m and gradient g = r·m, one AdamS step (no bias correction, no decay, eps = 0) moves
 a coordinate by lr times
@@ -19,14 +19,11 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from optim import AdamS  # noqa: E402
+from optim import AdamS
 
 
 def step_sizes(ratios: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor:

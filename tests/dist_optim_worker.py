@@ -4,17 +4,13 @@ Shapes are chosen so shards split unevenly and cut through attention heads and Q
 Exits non-zero (an AssertionError) if any sharded result differs from the unsharded one.
 """
 
-import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from optim import AdamMini, AdamS, Lion  # noqa: E402
+from optim import AdamMini, AdamS, Lion
 
 dist.init_process_group("gloo")
 mesh = init_device_mesh("cpu", (dist.get_world_size(),))

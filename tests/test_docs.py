@@ -24,3 +24,11 @@ def test_files_the_readme_names_exist():
         assert (REPO / path).is_file(), path
     for path in re.findall(r"train\.py (config/[\w.]+\.py)", README):
         assert (REPO / path).is_file(), path
+
+
+def test_modules_the_docs_run_exist():
+    for doc in (README, (REPO / "results" / "README.md").read_text()):
+        for module in re.findall(r"-m ((?:scripts|data|tests)\.[\w.]+)", doc):
+            if module == "data.x.prepare":  # the troubleshooting table's example of a missing dataset
+                continue
+            assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module

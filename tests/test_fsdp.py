@@ -39,7 +39,7 @@ def assert_close_losses(a, b, rel=1e-5):
 
 
 def test_optimizers_on_sharded_parameters_equal_unsharded():
-    result = torchrun("--standalone", "--nproc_per_node=2", "tests/dist_optim_worker.py")
+    result = torchrun("--standalone", "--nproc_per_node=2", "-m", "tests.dist_optim_worker")
     for name in ("adams", "lion", "adam_mini"):
         assert f"{name}: sharded == unsharded" in result.stdout
 

@@ -1,18 +1,15 @@
-"""data/openwebtext/prepare.py through its offline --input path, with a tiny BPE or the real GPT-2 one."""
+"""data.openwebtext.prepare through its offline --input path, with a tiny BPE or the real GPT-2 one."""
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from data.openwebtext import prepare as owt
 from tokens import read_tokens
 
 REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("owt_prepare", REPO / "data" / "openwebtext" / "prepare.py")
-owt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(owt)
 
 DOCS = [f"document {i}: the theory of {'hash ' * (i % 5)}things, {i * 7} times." for i in range(40)]
 

@@ -234,7 +234,7 @@ def test_catalogue_invalid_values(arg, message, data_dir, tmp_path, capsys):
 
 def test_catalogue_missing_dataset(data_dir, tmp_path, capsys):
     code, err = run_cli([*base_args(data_dir, tmp_path / "out"), "--dataset=nowhere"], capsys)
-    assert code == 2 and "dataset folder" in err and "does not exist; run python data/nowhere/prepare.py" in err
+    assert code == 2 and "dataset folder" in err and "does not exist; run python -m data.nowhere.prepare" in err
 
 
 def test_catalogue_truncated_token_file(tmp_path, capsys):

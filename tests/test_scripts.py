@@ -3,18 +3,19 @@
 import csv
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import denominator_moments  # noqa: E402
-import plot_curves  # noqa: E402
-import sweep  # noqa: E402
-import update_magnitude  # noqa: E402
+from scripts import (
+    bench_memory,
+    bench_optim,
+    bench_train,
+    denominator_moments,
+    plot_curves,
+    sweep,
+    update_alignment,
+    update_magnitude,
+)
 
 
 def test_moments_closed_forms_match_the_papers_numbers():
@@ -114,8 +115,6 @@ def test_plot_curves_groups_seeds(sweep_out, tmp_path):
 
 
 def test_bench_optim_small_writes_json(tmp_path):
-    import bench_optim
-
     result = bench_optim.main(["--small", "--repeats", "2", "--only", "adamw fused", "adams foreach", "adam_mini",
                                "--json", str(tmp_path / "b.json")])
     labels = [r["optimizer"] for r in json.loads((tmp_path / "b.json").read_text())["rows"]]
@@ -124,8 +123,6 @@ def test_bench_optim_small_writes_json(tmp_path):
 
 
 def test_update_alignment_heatmaps(data_dir, tmp_path):
-    import update_alignment
-
     out = tmp_path / "align"
     grids = update_alignment.main(["--dataset", "tiny", "--data_dir", str(data_dir), "--n_layer", "1", "--n_head", "2",
                                    "--n_embd", "32", "--block_size", "32", "--batch_size", "4", "--steps", "6",
@@ -145,8 +142,6 @@ def test_update_alignment_heatmaps(data_dir, tmp_path):
 
 
 def test_bench_memory_state_bytes_on_cpu(tmp_path):
-    import bench_memory
-
     result = bench_memory.main(["--small", "--sizes", "small", "--block-size", "32", "--global-batch", "4",
                                 "--json", str(tmp_path / "m.json")])
     per_param = {r["optimizer"]: r["state_bytes_per_param"] for r in result["rows"]}
@@ -156,8 +151,6 @@ def test_bench_memory_state_bytes_on_cpu(tmp_path):
 
 
 def test_bench_train_runs_train_py_and_reads_its_metrics(tmp_path):
-    import bench_train
-
     rows = bench_train.main(["--iters", "6", "--batch-size", "2", "--set", "n_layer=1", "--set", "n_head=2",
                              "--set", "n_embd=32", "--set", "block_size=32", "--set", "compile=False",
                              "--set", "device=cpu", "--json", str(tmp_path / "t.json")])

@@ -1,7 +1,7 @@
 """OpenWebText as GPT-2 BPE tokens, in this project's token-file format.
 
-    python data/openwebtext/prepare.py                          # download (~55 GB in the HF cache), tokenise
-    python data/openwebtext/prepare.py --input docs/*.parquet   # your own files, offline
+    python -m data.openwebtext.prepare                          # download (~55 GB in the HF cache), tokenise
+    python -m data.openwebtext.prepare --input docs/*.parquet   # your own files, offline
 
 Writes ``train.bin`` and ``val.bin`` next to this script (about 9B and 4M tokens for OpenWebText),
 each document followed by GPT-2's end-of-text token.
@@ -23,14 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tokens import TokenWriter  # noqa: E402
+from tokens import TokenWriter
 
 _ENCODINGS: dict = {}
 

@@ -1,6 +1,6 @@
 """The embedded dataset: the Python standard library's own source, as byte-level tokens.
 
-    python data/pystdlib/prepare.py
+    python -m data.pystdlib.prepare
 
 Every machine with Python has this text (about 13 MB of .py files in the standard library
 folder, tests and site-packages left out), so the default training run needs no download.
@@ -11,15 +11,12 @@ sorted by path, and every 20th file goes to validation (about 5%).
 from __future__ import annotations
 
 import argparse
-import sys
 import sysconfig
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tokens import TokenWriter  # noqa: E402
+from tokens import TokenWriter
 
 VOCAB_SIZE = 256
 VAL_EVERY = 20

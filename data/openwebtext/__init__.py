@@ -1,0 +1,1 @@
+"""OpenWebText (or local files) as GPT-2 BPE tokens."""

@@ -1,0 +1,1 @@
+"""The embedded dataset: the Python standard library's source as byte tokens."""
