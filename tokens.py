@@ -9,9 +9,10 @@ Layout (little-endian): a 32-byte header, then the tokens.
     (pad)    4 bytes
     count    uint64   number of tokens
 
-Writers write to a temporary file of their own (``NAME.<random>.tmp``) and rename when complete, so an interrupted write never leaves a
-complete-looking file, and processes preparing the same dataset at once (the ranks of a run, the
-runs of a sweep) never write into each other's file. The reader checks the header against the file's size, so a truncated or
+Writers write to a temporary file of their own (``NAME.<random>.tmp``) and rename it when
+complete, so an interrupted write never leaves a complete-looking file, and processes preparing
+the same dataset at once (the ranks of a run, the runs of a sweep) never write into each
+other's file. The reader checks the header against the file's size, so a truncated or
 foreign file is a clear error naming the file, never silent garbage.
 """
 

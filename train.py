@@ -31,16 +31,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import checkpoint
 import configurator
+import dataset
 import distributed
 import faults
 from configurator import TrainConfig
 from errors import UserError
 from model import GPT, GPTConfig
 from optim import build_optimizer, hyperparameters
-from tokens import read_tokens
-
-REPO = Path(__file__).resolve().parent
-TRAIN, EVAL_VAL, EVAL_TRAIN = 0, 1, 2  # independent random streams for batch sampling
 
 # Dense bf16/fp16 tensor-core peak FLOP/s, from the vendors' data sheets, for the MFU estimate.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
@@ -58,57 +55,6 @@ def get_lr(it: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
 
 
-def get_batch(tokens: np.ndarray, seed: int, stream: int, it: int, index: int, batch_size: int, block_size: int,
-              vocab_size: int, device: torch.device):
-    """Micro-batch ``index`` of iteration ``it``: random windows drawn from a generator seeded by
-    (seed, stream, it, index) alone, so an iteration's tokens do not depend on how its
-    micro-batches are split across ranks, and a resumed run sees the same batches."""
-    rng = np.random.default_rng([seed, stream, it, index])
-    starts = rng.integers(0, len(tokens) - block_size, size=batch_size)
-    windows = np.stack([tokens[s : s + block_size + 1] for s in starts]).astype(np.int64)
-    if windows.max() >= vocab_size:
-        raise UserError(f"the data holds token id {windows.max()} but the model's vocabulary is {vocab_size}; "
-                        "the token file does not belong to this model")
-    x, y = (torch.from_numpy(np.ascontiguousarray(w)) for w in (windows[:, :-1], windows[:, 1:]))
-    if device.type == "cuda":
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
-
-
-def load_data(cfg: TrainConfig) -> dict[str, np.ndarray]:
-    folder = Path(cfg.data_dir)
-    folder = (folder if folder.is_absolute() else REPO / folder) / cfg.dataset
-    if cfg.dataset == "pystdlib" and not (folder / "train.bin").exists():
-        from data.pystdlib.prepare import prepare  # the embedded dataset is built on first use
-
-        print(f"preparing the embedded dataset in {folder} (once)...")
-        prepare(folder)
-    if not folder.is_dir():
-        raise UserError(f"dataset folder {folder} does not exist; run python -m data.{cfg.dataset}.prepare first")
-    data, vocabs = {}, set()
-    for split in ("train", "val"):
-        data[split], vocab = read_tokens(folder / f"{split}.bin")
-        vocabs.add(vocab)
-        if len(data[split]) <= cfg.block_size + 1:
-            raise UserError(f"{folder / f'{split}.bin'} has {len(data[split])} tokens, too few for block_size="
-                            f"{cfg.block_size}; lower block_size or prepare more data")
-    if len(vocabs) != 1:
-        raise UserError(f"train.bin and val.bin in {folder} have different vocabularies {sorted(vocabs)}; regenerate them")
-    data["vocab_size"] = vocabs.pop()
-    return data
-
-
-def decode(ids: list[int], vocab_size: int) -> str:
-    if vocab_size <= 256:
-        return bytes(ids).decode("utf-8", errors="replace")
-    try:
-        import tiktoken
-
-        return tiktoken.get_encoding("gpt2").decode(ids)
-    except Exception:  # no tokenizer files offline: show the ids
-        return " ".join(map(str, ids))
-
-
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
@@ -120,9 +66,8 @@ def build_model(cfg: TrainConfig, data_vocab: int, resume_state: dict | None) ->
     if resume_state is not None:  # the weights are loaded once the model is wrapped (FSDP shards them)
         return GPT(GPTConfig(**resume_state["model_args"]))
     if cfg.init_from in ("scratch", "auto"):  # auto with no checkpoint yet starts from scratch
-        vocab = data_vocab if data_vocab <= 256 else 64 * math.ceil(data_vocab / 64)  # pad for fast matmuls
-        return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=vocab, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                             n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias))
+        return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=dataset.model_vocab(data_vocab), n_layer=cfg.n_layer,
+                             n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias))
     try:
         model = GPT.from_pretrained(cfg.init_from, dropout=cfg.dropout)
     except OSError as e:
@@ -213,7 +158,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     if device.type == "cpu":
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
-    data = load_data(cfg)
+    data = dataset.load(cfg.data_dir, cfg.dataset, cfg.block_size)
     if resume_state is not None and resume_state["model_source"] == "scratch":
         checkpoint.check_shape(resume_state, configurator.as_dict(cfg), f"the checkpoint in {out_dir}")
     model = build_model(cfg, data["vocab_size"], resume_state).to(device)
@@ -307,10 +252,10 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
         """Mean loss over the same eval_iters batches every time; each rank computes its share."""
         model.eval()
         out = {}
-        for split, stream in (("val", EVAL_VAL), ("train", EVAL_TRAIN)):
+        for split, stream in (("val", dataset.EVAL_VAL), ("train", dataset.EVAL_TRAIN)):
             total = torch.zeros((), device=device, dtype=torch.float64)
             for k in range(dist_.rank, cfg.eval_iters, dist_.world_size):
-                x, y = get_batch(data[split], cfg.seed, stream, 0, k, cfg.batch_size, cfg.block_size,
+                x, y = dataset.get_batch(data[split], cfg.seed, stream, 0, k, cfg.batch_size, cfg.block_size,
                                  raw_model.config.vocab_size, device)
                 with autocast:
                     _, loss = model(x, y)
@@ -373,7 +318,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
             loss_sum = torch.zeros((), device=device)
             for micro in range(micro_steps):
                 index = micro * dist_.world_size + dist_.rank  # global micro-batch index
-                x, y = get_batch(data["train"], cfg.seed, TRAIN, it, index, cfg.batch_size, cfg.block_size,
+                x, y = dataset.get_batch(data["train"], cfg.seed, dataset.TRAIN, it, index, cfg.batch_size, cfg.block_size,
                                  raw_model.config.vocab_size, device)
                 if cfg.fsdp:
                     model.set_requires_gradient_sync(micro == micro_steps - 1)  # reduce only on the last micro-step
@@ -441,7 +386,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
         sample = raw_model.eval().generate(prompt, 300, temperature=0.8, top_k=50,
                                            generator=torch.Generator(device=device).manual_seed(cfg.seed))
         if dist_.is_main:
-            print("\n--- sample ---\n" + decode(sample[0].tolist(), data["vocab_size"]) + "\n--------------")
+            print("\n--- sample ---\n" + dataset.decode(sample[0].tolist(), data["vocab_size"]) + "\n--------------")
             print(f"metrics: {metrics_path}\ncheckpoint: {checkpoint.latest(out_dir)}\nconfig: {out_dir / 'config.json'}")
     if wandb_run is not None:
         wandb_run.finish()

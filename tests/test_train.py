@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import checkpoint
+import dataset
 import train
 from configurator import TrainConfig
 from errors import UserError
@@ -47,13 +48,13 @@ def test_lr_schedule_is_warmup_then_cosine():
 def test_batches_depend_only_on_seed_iteration_and_index():
     tokens = np.arange(10_000, dtype=np.uint16)
     args = dict(batch_size=4, block_size=16, vocab_size=10_000, device=torch.device("cpu"))
-    x1, y1 = train.get_batch(tokens, 1, train.TRAIN, 7, 3, **args)
-    x2, y2 = train.get_batch(tokens, 1, train.TRAIN, 7, 3, **args)
+    x1, y1 = dataset.get_batch(tokens, 1, dataset.TRAIN, 7, 3, **args)
+    x2, y2 = dataset.get_batch(tokens, 1, dataset.TRAIN, 7, 3, **args)
     assert torch.equal(x1, x2) and torch.equal(y1, y2)
     assert torch.equal(y1[:, :-1], x1[:, 1:])  # targets are the inputs shifted by one
-    assert not torch.equal(x1, train.get_batch(tokens, 1, train.TRAIN, 7, 4, **args)[0])
-    assert not torch.equal(x1, train.get_batch(tokens, 1, train.TRAIN, 8, 3, **args)[0])
-    assert not torch.equal(x1, train.get_batch(tokens, 1, train.EVAL_VAL, 7, 3, **args)[0])
+    assert not torch.equal(x1, dataset.get_batch(tokens, 1, dataset.TRAIN, 7, 4, **args)[0])
+    assert not torch.equal(x1, dataset.get_batch(tokens, 1, dataset.TRAIN, 8, 3, **args)[0])
+    assert not torch.equal(x1, dataset.get_batch(tokens, 1, dataset.EVAL_VAL, 7, 3, **args)[0])
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)

@@ -1,0 +1,82 @@
+"""A run's data: the token files of one dataset, and how every batch is drawn from them.
+
+Every batch is a set of random windows drawn from a generator seeded by (seed, stream,
+iteration, micro-batch index) alone, so an iteration's tokens do not depend on how its
+micro-batches are split across ranks, a resumed run sees the batches the uninterrupted run
+would have seen, and a script can draw exactly the batch a run drew.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from errors import UserError
+from tokens import read_tokens
+
+REPO = Path(__file__).resolve().parent
+TRAIN, EVAL_VAL, EVAL_TRAIN = 0, 1, 2  # independent random streams: training batches, the two evaluations
+
+
+def load(data_dir: str, dataset: str, block_size: int) -> dict:
+    """The train and val tokens of ``data_dir/dataset`` (memory-mapped) and their vocabulary size.
+
+    The embedded dataset ('pystdlib') is built on first use.
+    """
+    folder = Path(data_dir)
+    folder = (folder if folder.is_absolute() else REPO / folder) / dataset
+    if dataset == "pystdlib" and not (folder / "train.bin").exists():
+        from data.pystdlib.prepare import prepare
+
+        print(f"preparing the embedded dataset in {folder} (once)...")
+        prepare(folder)
+    if not folder.is_dir():
+        raise UserError(f"dataset folder {folder} does not exist; run python -m data.{dataset}.prepare first")
+    data, vocabs = {}, set()
+    for split in ("train", "val"):
+        data[split], vocab = read_tokens(folder / f"{split}.bin")
+        vocabs.add(vocab)
+        if len(data[split]) <= block_size + 1:
+            raise UserError(f"{folder / f'{split}.bin'} has {len(data[split])} tokens, too few for block_size="
+                            f"{block_size}; lower block_size or prepare more data")
+    if len(vocabs) != 1:
+        raise UserError(f"train.bin and val.bin in {folder} have different vocabularies {sorted(vocabs)}; "
+                        "regenerate them")
+    data["vocab_size"] = vocabs.pop()
+    return data
+
+
+def model_vocab(data_vocab: int) -> int:
+    """The vocabulary a new model gets: bytes as they are, larger vocabularies padded to a
+    multiple of 64 for fast matmuls (GPT-2's 50257 becomes 50304)."""
+    return data_vocab if data_vocab <= 256 else 64 * math.ceil(data_vocab / 64)
+
+
+def get_batch(tokens: np.ndarray, seed: int, stream: int, it: int, index: int, batch_size: int, block_size: int,
+              vocab_size: int, device: torch.device):
+    """Micro-batch ``index`` of iteration ``it`` of ``stream``: inputs and next-token targets, (B, T) each."""
+    rng = np.random.default_rng([seed, stream, it, index])
+    starts = rng.integers(0, len(tokens) - block_size, size=batch_size)
+    windows = np.stack([tokens[s : s + block_size + 1] for s in starts]).astype(np.int64)
+    if windows.max() >= vocab_size:
+        raise UserError(f"the data holds token id {windows.max()} but the model's vocabulary is {vocab_size}; "
+                        "the token file does not belong to this model")
+    x, y = (torch.from_numpy(np.ascontiguousarray(w)) for w in (windows[:, :-1], windows[:, 1:]))
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+def decode(ids: list[int], vocab_size: int) -> str:
+    """Token ids as text: bytes for byte-level data, GPT-2 BPE otherwise (the ids if it is unavailable)."""
+    if vocab_size <= 256:
+        return bytes(ids).decode("utf-8", errors="replace")
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding("gpt2").decode(ids)
+    except Exception:  # no tokenizer files offline: show the ids
+        return " ".join(map(str, ids))
