@@ -11,6 +11,7 @@ from scripts import (
     bench_optim,
     bench_train,
     denominator_moments,
+    lr_transfer,
     plot_curves,
     sweep,
     update_alignment,
@@ -166,3 +167,41 @@ def test_sweep_summarize_only_runs_nothing(sweep_out, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| 0.9 | 0.9 | not run yet | 2 |" in text
     assert not list(out.glob("beta1=0.9_beta2=0.9_seed=*"))  # nothing was started
+
+
+def fake_run(folder, optimizer, lr, loss, seed=1, batch_tokens=2048, params=1000, max_iters=10):
+    """A finished run as train.py leaves it, for the analysis scripts: config.json and metrics.jsonl."""
+    folder.mkdir(parents=True)
+    config = dict(config=dict(optimizer=optimizer, learning_rate=lr, seed=seed, max_iters=max_iters),
+                  derived=dict(parameters=params, tokens_per_iter=batch_tokens))
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "metrics.jsonl").write_text(json.dumps(dict(iter=max_iters, val_loss=loss)) + "\n")
+    return folder
+
+
+def test_parabola_vertex_is_exact_for_a_parabola():
+    f = lambda x: 3 * (x - 0.7) ** 2 + 2
+    assert lr_transfer.parabola_vertex((0.0, 1.0, 2.0), (f(0.0), f(1.0), f(2.0))) == pytest.approx(0.7)
+    assert lr_transfer.parabola_vertex((0.0, 1.0, 2.0), (0.0, 1.0, 0.0)) is None  # a maximum
+
+
+def test_lr_transfer_finds_each_optimizers_best_lr_and_the_ratio(tmp_path):
+    # loss = (log2(lr / lr*))^2 + c: AdamW's optimum at 4e-3, AdamS's at 1e-3 -> ratio 1/4, exactly
+    # on the grid at batch 2048; at 8192 AdamS's best sits at the grid's edge (not bracketed)
+    runs = []
+    for batch, opt, best in ((2048, "adamw", 4e-3), (2048, "adams", 1e-3), (8192, "adamw", 4e-3), (8192, "adams", 1e-4)):
+        for lr in (5e-4, 1e-3, 2e-3, 4e-3, 8e-3):
+            for seed in (1, 2):
+                loss = math.log2(lr / best) ** 2 + 2 + 0.01 * seed
+                runs.append(fake_run(tmp_path / f"{opt}_{batch}_{lr}_{seed}", opt, lr, loss, seed, batch))
+    fake_run(tmp_path / "unfinished", "adamw", 4e-3, 0.0, max_iters=20)  # never reached max_iters: ignored
+    (tmp_path / "unfinished" / "metrics.jsonl").write_text(json.dumps(dict(iter=10, val_loss=0.0)) + "\n")
+    points, rows = lr_transfer.main([*map(str, runs), str(tmp_path / "unfinished"), "--out", str(tmp_path / "t")])
+    assert len(points) == 20 and all(p["n"] == 2 for p in points)
+    first, second = rows
+    assert (first["adamw_best_lr"], first["adams_best_lr"]) == (4e-3, 1e-3)
+    assert first["ratio_grid"] == pytest.approx(0.25) and first["ratio_fitted"] == pytest.approx(0.25)
+    assert first["adamw_best_loss"] == pytest.approx(2.015) and first["adamw_best_std"] == pytest.approx(0.01 / 2**0.5)
+    assert second["adams_best_lr"] == 5e-4 and not second["adams_bracketed"] and second["ratio_fitted"] is None
+    assert "edge of grid" in (tmp_path / "t.md").read_text()
+    assert (tmp_path / "t.png").exists() and (tmp_path / "t_points.csv").exists()

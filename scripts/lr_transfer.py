@@ -1,0 +1,212 @@
+"""Does AdamW's learning rate carry over to AdamS? Best learning rates by batch size, from finished runs.
+
+    python -m scripts.lr_transfer results/runs/lr_batch/*/*/ --out results/lr_transfer
+    python -m scripts.lr_transfer RUNS... --noise results/analysis/noise_scale.csv     # adds B / B_noise
+
+Reads each run's config.json and metrics.jsonl (runs that did not reach max_iters are left out),
+groups them by model size, tokens per step, optimizer and peak learning rate, and for every
+(size, batch, optimizer) finds the best learning rate: the grid point with the lowest mean final
+validation loss, and a refined estimate from a parabola through it and its two neighbours in
+log(lr) (only when the best point has a neighbour on each side, i.e. the optimum is bracketed).
+Then the ratio best-lr(AdamS) / best-lr(AdamW) per size and batch.
+
+Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT.csv and OUT.md (best lr per
+optimizer and the ratio, per size and batch) and OUT.png (loss against lr by batch; the ratio
+against the batch, and against B/B_noise when --noise gives noise_scale.py's CSV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+from scripts.sweep import final_val_loss
+
+OPTIMIZERS = ("adamw", "adams")
+
+
+def read_runs(dirs: list[Path]) -> list[dict]:
+    runs = []
+    for d in dirs:
+        loss, finished = final_val_loss(d)
+        if not finished or loss is None:
+            continue
+        info = json.loads((d / "config.json").read_text())
+        cfg, derived = info["config"], info["derived"]
+        runs.append(dict(params=derived["parameters"], batch_tokens=derived["tokens_per_iter"], optimizer=cfg["optimizer"],
+                         lr=cfg["learning_rate"], seed=cfg["seed"], max_iters=cfg["max_iters"],
+                         val_loss=loss if math.isfinite(loss) else math.inf, run=str(d)))
+    return runs
+
+
+def grid_points(runs: list[dict]) -> list[dict]:
+    """Mean ± std of the final validation loss for every (size, batch, optimizer, lr)."""
+    groups: dict[tuple, list[float]] = {}
+    for r in runs:
+        groups.setdefault((r["params"], r["batch_tokens"], r["optimizer"], r["lr"]), []).append(r["val_loss"])
+    points = []
+    for (params, batch, opt, lr), losses in sorted(groups.items()):
+        finite = all(math.isfinite(x) for x in losses)
+        points.append(dict(params=params, batch_tokens=batch, optimizer=opt, lr=lr, n=len(losses),
+                           mean=statistics.mean(losses) if finite else math.inf,
+                           std=statistics.stdev(losses) if finite and len(losses) > 1 else 0.0))
+    return points
+
+
+def parabola_vertex(xs: tuple[float, float, float], ys: tuple[float, float, float]) -> float | None:
+    """x of the vertex of the parabola through three points, if it is a minimum between the outer two."""
+    (x0, x1, x2), (y0, y1, y2) = xs, ys
+    denom = (x0 - x1) * (x0 - x2) * (x1 - x2)
+    a = (x2 * (y1 - y0) + x1 * (y0 - y2) + x0 * (y2 - y1)) / denom
+    b = (x2 * x2 * (y0 - y1) + x1 * x1 * (y2 - y0) + x0 * x0 * (y1 - y2)) / denom
+    if a <= 0:
+        return None
+    vertex = -b / (2 * a)
+    return vertex if x0 <= vertex <= x2 else None
+
+
+def best_lr(points: list[dict]) -> dict:
+    """The best grid lr of one (size, batch, optimizer), and the parabola-refined one if bracketed."""
+    points = sorted(points, key=lambda p: p["lr"])
+    i = min(range(len(points)), key=lambda j: points[j]["mean"])
+    best = points[i]
+    bracketed = 0 < i < len(points) - 1 and all(math.isfinite(points[j]["mean"]) for j in (i - 1, i + 1))
+    fitted = None
+    if bracketed:
+        xs = tuple(math.log(points[j]["lr"]) for j in (i - 1, i, i + 1))
+        vertex = parabola_vertex(xs, tuple(points[j]["mean"] for j in (i - 1, i, i + 1)))
+        fitted = math.exp(vertex) if vertex is not None else None
+    return dict(best_lr=best["lr"], best_loss=best["mean"], best_std=best["std"], best_n=best["n"],
+                bracketed=bracketed, fitted_lr=fitted, lrs_tried=len(points))
+
+
+def table(points: list[dict]) -> list[dict]:
+    rows = []
+    for params, batch in sorted({(p["params"], p["batch_tokens"]) for p in points}):
+        row = dict(params=params, batch_tokens=batch)
+        for opt in OPTIMIZERS:
+            mine = [p for p in points if (p["params"], p["batch_tokens"], p["optimizer"]) == (params, batch, opt)]
+            if mine:
+                row.update({f"{opt}_{k}": v for k, v in best_lr(mine).items()})
+        if "adamw_best_lr" in row and "adams_best_lr" in row:
+            row["ratio_grid"] = row["adams_best_lr"] / row["adamw_best_lr"]
+            fitted = row["adams_fitted_lr"], row["adamw_fitted_lr"]
+            row["ratio_fitted"] = fitted[0] / fitted[1] if None not in fitted else None
+        rows.append(row)
+    return rows
+
+
+def noise_by_batch(path: Path) -> dict[int, float]:
+    """Median B_simple (whole model, over checkpoints and runs) for each run batch in noise_scale.py's CSV."""
+    by_batch: dict[int, list[float]] = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if r["tensor"] == "all":
+                by_batch.setdefault(int(r["run_batch_tokens"]), []).append(float(r["b_simple_tokens"]))
+    return {b: statistics.median(v) for b, v in by_batch.items()}
+
+
+def markdown(rows: list[dict]) -> str:
+    def lr(row, opt):
+        if f"{opt}_best_lr" not in row:
+            return "—"
+        text = f"{row[f'{opt}_best_lr']:.3g} ({row[f'{opt}_best_loss']:.3f} ± {row[f'{opt}_best_std']:.3f}, " \
+               f"n={row[f'{opt}_best_n']})"
+        if not row[f"{opt}_bracketed"]:
+            return text + " edge of grid"
+        fitted = row[f"{opt}_fitted_lr"]
+        return text + (f", fit {fitted:.3g}" if fitted else "")
+
+    lines = ["| params | tokens/step | AdamW best lr (loss ± std, seeds) | AdamS best lr (loss ± std, seeds) | "
+             "ratio (grid) | ratio (fit) |", "| ---: | ---: | --- | --- | ---: | ---: |"]
+    for row in rows:
+        grid = f"{row['ratio_grid']:.3g}" if row.get("ratio_grid") else "—"
+        fit = f"{row['ratio_fitted']:.3g}" if row.get("ratio_fitted") else "—"
+        lines.append(f"| {row['params']:,} | {row['batch_tokens']:,} | {lr(row, 'adamw')} | {lr(row, 'adams')} | "
+                     f"{grid} | {fit} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
+    parser.add_argument("--noise", type=Path, help="noise_scale.py's CSV, to place each batch against B_noise")
+    parser.add_argument("--out", type=Path, default=Path("results/lr_transfer"))
+    args = parser.parse_args(argv)
+
+    runs = read_runs([d for d in args.runs if d.is_dir()])
+    if not runs:
+        raise SystemExit("none of the given folders holds a finished run (config.json + metrics.jsonl up to max_iters)")
+    points = grid_points(runs)
+    rows = table(points)
+    noise = noise_by_batch(args.noise) if args.noise else {}
+    for row in rows:
+        if row["batch_tokens"] in noise:
+            row["b_noise_tokens"] = noise[row["batch_tokens"]]
+            row["b_over_b_noise"] = row["batch_tokens"] / noise[row["batch_tokens"]]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_csv(args.out.with_name(args.out.name + "_points.csv"), points)
+    write_csv(args.out.with_suffix(".csv"), rows)
+    text = markdown(rows)
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
+    plot(points, rows, args.out.with_suffix(".png"))
+    print(f"wrote {args.out}.csv, .md, .png and {args.out.name}_points.csv")
+    return points, rows
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot(points: list[dict], rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({p["params"] for p in points})
+    batches = sorted({p["batch_tokens"] for p in points})
+    colors = {b: plt.get_cmap("viridis")(i / max(1, len(batches) - 1) * 0.85) for i, b in enumerate(batches)}
+    with_noise = any("b_over_b_noise" in r for r in rows)
+    fig, axes = plt.subplots(1, 3 if with_noise else 2, figsize=(17 if with_noise else 12, 4.8))
+    ax = axes[0]
+    for size in sizes:
+        for batch in batches:
+            for opt, style in (("adamw", "o-"), ("adams", "s--")):
+                mine = sorted((p for p in points if (p["params"], p["batch_tokens"], p["optimizer"]) == (size, batch, opt)
+                               and math.isfinite(p["mean"])), key=lambda p: p["lr"])
+                if mine:
+                    ax.errorbar([p["lr"] for p in mine], [p["mean"] for p in mine], [p["std"] for p in mine], fmt=style,
+                                color=colors[batch], ms=4, lw=1.2, capsize=2,
+                                label=f"{opt}, {batch:,} tok" + (f", {size / 1e6:.1f}M" if len(sizes) > 1 else ""))
+    ax.set(xscale="log", xlabel="peak learning rate", ylabel="final validation loss",
+           title="AdamW (solid) and AdamS (dashed) by batch")
+    ax.legend(fontsize=7)
+    for ax, key, label in ((axes[1], "batch_tokens", "batch (tokens per step)"),
+                           *(((axes[2], "b_over_b_noise", "batch / B_noise (B_simple)"),) if with_noise else ())):
+        for size in sizes:
+            mine = [r for r in rows if r["params"] == size and r.get("ratio_grid") and key in r]
+            ax.plot([r[key] for r in mine], [r["ratio_grid"] for r in mine], "o-", label=f"{size / 1e6:.2f}M, grid")
+            fitted = [r for r in mine if r.get("ratio_fitted")]
+            if fitted:
+                ax.plot([r[key] for r in fitted], [r["ratio_fitted"] for r in fitted], "x:", label=f"{size / 1e6:.2f}M, fit")
+        ax.axhline(1, color="gray", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=label, ylabel="best lr(AdamS) / best lr(AdamW)",
+               title="does AdamW's lr carry over? (1 = yes)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
