@@ -1,5 +1,9 @@
 """Checkpoints: everything a run needs to continue exactly, written so a crash loses nothing.
 
+A run meets this module three times: ``prepare`` (does out_dir hold a run to continue, or is this
+a fresh start?), ``restore`` (the model, optimizer, loss scaler, RNG streams and counters of the
+run being continued, in whatever layout this run has) and ``save_run`` (all of it again).
+
 Layout inside ``out_dir``::
 
     checkpoints/ckpt_00001000.pt   one file per saved iteration; the last ``keep`` are kept
@@ -15,14 +19,22 @@ moment leaves the previous checkpoint and pointer intact; temporary files are ne
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
 
+import distributed
+import metrics
 from errors import UserError
 
 FOLDER = "checkpoints"
@@ -37,25 +49,6 @@ def _fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-class _HookAfterHalf:
-    """A file wrapper that calls ``hook`` once about half of ``expected`` bytes are written."""
-
-    def __init__(self, f, expected: int, hook: Callable[[], None]):
-        self.f, self.expected, self.hook, self.written = f, expected, hook, 0
-
-    def write(self, data) -> int:
-        n = self.f.write(data)
-        self.written += n
-        if self.hook and self.written >= self.expected // 2:
-            self.f.flush()
-            hook, self.hook = self.hook, None
-            hook()
-        return n
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
 
 
 def _atomic_write(path: Path, write: Callable) -> None:
@@ -79,16 +72,12 @@ def checkpoints(out_dir: str | os.PathLike) -> list[Path]:
     return sorted(p for p in folder.iterdir() if PATTERN.match(p.name))
 
 
-def save(out_dir: str | os.PathLike, state: dict, keep: int = 2, during_write: Callable | None = None) -> Path:
+def save(out_dir: str | os.PathLike, state: dict, keep: int = 2) -> Path:
     """Write ``state`` as the checkpoint of iteration ``state['iter_num']`` and point ``latest`` at it."""
     folder = Path(out_dir) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt_{state['iter_num']:08d}.pt"
-    if during_write is None:
-        _atomic_write(path, lambda f: torch.save(state, f))
-    else:  # tests: interrupt the write halfway (the size estimate only needs to be rough)
-        expected = sum(t.numel() * t.element_size() for t in _tensors(state)) or 1
-        _atomic_write(path, lambda f: torch.save(state, _HookAfterHalf(f, expected, during_write)))
+    _atomic_write(path, lambda f: torch.save(state, f))
     _publish(folder, path, keep)
     return path
 
@@ -137,17 +126,6 @@ def load_sharded(path: Path, model_state: dict, optim_state: dict) -> None:
     except Exception as e:
         raise UserError(f"sharded checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
                         "move it aside to resume from an older one") from e
-
-
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors(v)
 
 
 def latest(out_dir: str | os.PathLike) -> Path | None:
@@ -206,3 +184,106 @@ def clean_state_dict(state_dict: dict) -> dict:
                 key = key.removeprefix(prefix)
         out[key] = value
     return out
+
+
+# --- a run's checkpoints: prepare, restore, save --------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Where a run stands; saved with every checkpoint."""
+
+    iter: int = 0  # iterations done
+    tokens: int = 0  # tokens trained on
+    best_val_loss: float = math.inf
+    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
+
+
+def prepare(out_dir: str | os.PathLike, init_from: str, overwrite: bool, dist_: distributed.Dist) -> dict | None:
+    """The checkpoint to continue (init_from 'resume', or 'auto' with one in out_dir), or None
+    for a fresh start, after checking out_dir: a fresh start refuses a folder that holds a run
+    unless ``overwrite``, and then clears that run's checkpoints and log."""
+    out_dir = Path(out_dir)
+    log = out_dir / metrics.FILE
+    has_checkpoint = latest(out_dir) is not None
+    if init_from == "resume" or (init_from == "auto" and has_checkpoint):
+        return load(out_dir)
+    if (has_checkpoint or log.exists()) and not overwrite and init_from != "auto":
+        raise UserError(f"out_dir '{out_dir}' already holds a run; continue it with --init_from=resume, "
+                        "choose another --out_dir, or pass --overwrite=True to replace it")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write_test.{dist_.rank}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"out_dir '{out_dir}' is not writable ({e.strerror}); choose another --out_dir") from e
+    distributed.barrier()  # every rank has looked before rank 0 clears anything
+    if dist_.is_main:  # what is left here is a replaced run, or a log with no checkpoint
+        shutil.rmtree(out_dir / FOLDER, ignore_errors=True)
+        log.unlink(missing_ok=True)
+    distributed.barrier()
+    return None
+
+
+def rng_states(device: torch.device) -> dict:
+    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_states(state: dict, device: torch.device) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler,
+            dist_: distributed.Dist) -> Progress:
+    """Load a checkpoint into this run, whatever its layout and this run's (one process, DDP or
+    FSDP, any number of ranks), and return where it stood. Every rank calls it."""
+    if "dcp_path" in state:  # sharded: torch.distributed.checkpoint reshards into this run's layout
+        model_state, optim_state = get_state_dict(model, optimizer)
+        load_sharded(state["dcp_path"], model_state, optim_state)
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    else:  # a full state dict fits any layout
+        set_state_dict(model, optimizer, model_state_dict=clean_state_dict(state["model"]),
+                       optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
+    scaler.load_state_dict(state["scaler"])
+    ranks = state["rng"]
+    if len(ranks) == dist_.world_size:
+        set_rng_states(ranks[dist_.rank], dist_.device)
+    elif dist_.is_main:
+        print(f"warning: the checkpoint has RNG states for {len(ranks)} ranks, this run has {dist_.world_size}; "
+              "dropout masks will differ from an uninterrupted run (batches will not)")
+    return Progress(state["iter_num"], state["tokens"], state["best_val_loss"], state["skipped_steps"])
+
+
+def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler,
+             progress: Progress, meta: dict, keep: int, dist_: distributed.Dist, sharded: bool) -> None:
+    """Checkpoint the run at ``progress.iter``: one file from rank 0, or (``sharded``) every
+    rank's shards. Every rank calls it. ``meta`` goes in as it is (config, model shape, ...).
+
+    Parameters holding NaN/Inf are refused (every rank decides alike): the last good checkpoint
+    stays the newest.
+    """
+    shards = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    bad = torch.tensor(float(sum(not torch.isfinite(t).all() for t in shards)))
+    if distributed.all_reduce_sum(bad).item():
+        raise UserError(f"iteration {progress.iter}: the parameters hold NaN/Inf; refusing to checkpoint them. "
+                        f"The last good checkpoint is {latest(out_dir)}")
+    rng = distributed.all_gather_object(rng_states(dist_.device))  # every rank's, for an exact resume
+    meta = dict(meta, scaler=scaler.state_dict(), iter_num=progress.iter, tokens=progress.tokens,
+                best_val_loss=progress.best_val_loss, skipped_steps=progress.skipped_steps, rng=rng)
+    if sharded:
+        model_state, optim_state = get_state_dict(model, optimizer)
+        save_sharded(out_dir, model_state, optim_state, meta, keep, dist_.is_main)
+        return
+    model_state, optim_state = get_state_dict(model, optimizer,
+                                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist_.is_main:
+        save(out_dir, dict(meta, model=model_state, optimizer=optim_state), keep=keep)
+    distributed.barrier()

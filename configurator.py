@@ -63,8 +63,7 @@ class TrainConfig:
     bias_correction: bool = True  # AdamS: divide the momentum by 1 - beta1^t (the authors' code)
     implementation: str = "auto"  # 'auto', 'loop', 'foreach' or 'fused' where the optimizer has them
     grad_clip: float = 1.0  # clip the gradient's global norm to this; 0 disables
-    nonfinite_policy: str = "skip"  # a NaN/Inf loss or gradient: 'skip' the step, or 'abort' the run
-    max_consecutive_skips: int = 10  # abort after this many skipped steps in a row
+    max_consecutive_skips: int = 10  # a NaN/Inf loss or gradient skips the step; stop after this many in a row (0: at the first)
     # learning rate schedule: linear warmup, then cosine to min_lr
     decay_lr: bool = True  # False keeps learning_rate constant
     warmup_iters: int = 100  # linear warmup from ~0 to learning_rate
@@ -84,7 +83,6 @@ CHOICES = {
     "implementation": ("auto", "loop", "foreach", "fused"),
     "backend": ("auto", "nccl", "gloo"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
-    "nonfinite_policy": ("skip", "abort"),
 }
 
 

@@ -1,12 +1,19 @@
-"""Process-group setup: one process, or DDP under torchrun (NCCL on CUDA, gloo on CPU)."""
+"""Data parallelism: process-group setup under torchrun (NCCL on CUDA, gloo on CPU), and the one
+seam where a model becomes DDP, FSDP2 or stays as it is.
+"""
 
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 @dataclass(frozen=True)
@@ -76,3 +83,37 @@ def all_gather_object(obj) -> list:
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def parallelize(model: nn.Module, blocks: nn.ModuleList, dist_: Dist, dtype: torch.dtype, fsdp: bool,
+                compile: bool) -> tuple[nn.Module, object]:
+    """The module a training step calls, and the autocast context its forward runs in.
+
+    ``fsdp``: FSDP2 shards ``model`` in place (each of ``blocks``, then the rest) and casts the
+    parameters to ``dtype`` itself. Otherwise, with several processes, DDP wraps it. One process
+    uses it as it is. ``compile`` puts torch.compile inside DDP. Build the optimizer from
+    ``model`` itself, not from what this returns: after FSDP its parameters are the shards.
+    """
+    autocast = nullcontext() if dtype == torch.float32 else torch.autocast(dist_.device.type, dtype=dtype)
+    if fsdp:
+        policy = MixedPrecisionPolicy() if dtype == torch.float32 else \
+            MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        mesh = init_device_mesh(dist_.device.type, (dist_.world_size,))
+        for block in blocks:
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        autocast = nullcontext()
+    wrapped = torch.compile(model) if compile else model
+    if dist_.world_size > 1 and not fsdp:
+        wrapped = DDP(wrapped, device_ids=[dist_.device.index] if dist_.device.type == "cuda" else None)
+    return wrapped, autocast
+
+
+def sync_gradients(model: nn.Module, enabled: bool) -> None:
+    """Whether the next backward reduces gradients across ranks: only an iteration's last
+    micro-step needs to; the others accumulate locally."""
+    inner = getattr(model, "_orig_mod", model)  # under torch.compile
+    if isinstance(inner, FSDPModule):
+        inner.set_requires_gradient_sync(enabled)
+    elif isinstance(model, DDP):
+        model.require_backward_grad_sync = enabled

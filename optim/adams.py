@@ -51,7 +51,9 @@ class AdamS(MomentumOnlyOptimizer):
 
     AdamS replaces Adam's second-moment EMA with a normaliser built from the momentum it keeps
     anyway, so its state is one tensor the size of the parameter (``exp_avg``), the footprint of
-    SGD with momentum and half of AdamW's. It takes AdamW's hyperparameters unchanged.
+    SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged at
+    LLM batch sizes; where gradients are noisy its steps are longer than AdamW's at the same
+    learning rate, so scan the learning rate downwards (results/README.md).
 
     At step t = 1, 2, … with bc = 1 − β1^t (``bias_correction=True``) or bc = 1 (``False``),
     and m the momentum before this step:

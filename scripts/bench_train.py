@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+import metrics
 from tokens import write_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def main(argv=None):
             result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
             if result.returncode != 0:
                 raise SystemExit(f"{name}: train.py failed:\n{result.stderr[-3000:]}")
-            lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"grad_norm"' in x]
+            lines = metrics.read(out)[0]
             steady = lines[len(lines) // 2:]
             mfus = [r["mfu"] for r in steady if r["mfu"] is not None]
             row = dict(optimizer=name, tokens_per_s=statistics.median(r["tokens_per_s"] for r in steady),

@@ -10,6 +10,21 @@ REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 
 
+def test_config_table_is_the_one_config_table_py_writes():
+    from scripts.config_table import table
+
+    start = README.index("\n", README.index("<!-- config-table")) + 1
+    assert README[start:README.index("<!-- /config-table -->")] == table(), "run python -m scripts.config_table"
+
+
+def test_layout_table_names_every_module_and_script():
+    layout = README[README.index("## Layout"):]
+    for path in [*REPO.glob("*.py"), *REPO.glob("scripts/*.py")]:
+        name = path.relative_to(REPO).as_posix()
+        if path.name != "__init__.py":
+            assert f"`{name}`" in layout, f"README's layout table does not name {name}"
+
+
 def test_config_table_lists_every_key_with_its_default():
     table = README[README.index("<!-- config-table"):README.index("<!-- /config-table -->")]
     rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", table, flags=re.M))

@@ -16,6 +16,7 @@ import checkpoint
 import train
 from errors import UserError
 from optim import OPTIMIZERS
+from tests import faults
 from tests.conftest import tiny_config
 from tests.test_train import LR, cli_args, read_metrics
 from tokens import write_tokens
@@ -31,7 +32,9 @@ def subprocess_env(faults: str = "") -> dict:
 
 
 def run_train_process(cfg, faults: str = "", timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "train.py", *cli_args(cfg)], cwd=REPO, capture_output=True, text=True,
+    """train.py in a new process; with faults, through the fault-injecting launcher tests/faults.py."""
+    entry = ["-m", "tests.faults"] if faults else ["train.py"]
+    return subprocess.run([sys.executable, *entry, *cli_args(cfg)], cwd=REPO, capture_output=True, text=True,
                           env=subprocess_env(faults), timeout=timeout)
 
 
@@ -124,18 +127,26 @@ def test_sigkill_during_a_checkpoint_write_then_resume_is_exact(data_dir, tmp_pa
 
 
 def test_sigkill_at_a_random_moment_then_resume_is_exact(data_dir, tmp_path):
-    whole = exact_config(data_dir, tmp_path / "whole", "adamw", max_iters=40, eval_interval=5, lr_decay_iters=40)
+    whole = exact_config(data_dir, tmp_path / "whole", "adamw", max_iters=40, eval_interval=5, lr_decay_iters=40,
+                         log_interval=1)
     start = time.time()
     train.main(whole)
     duration = time.time() - start
     victim = exact_config(data_dir, tmp_path / "victim", "adamw", max_iters=40, eval_interval=5, lr_decay_iters=40,
-                          init_from="auto")
+                          log_interval=1, init_from="auto")
     proc = subprocess.Popen([sys.executable, "train.py", *cli_args(victim)], cwd=REPO, env=subprocess_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # process start-up (~3 s) plus a random point within the run
-    time.sleep(3.0 + random.Random(os.getpid()).uniform(0, duration))
+    log = Path(victim.out_dir) / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (log.exists() and '"grad_norm"' in log.read_text()) and time.time() < deadline:
+        time.sleep(0.05)  # wait until training has started: a kill during start-up would test nothing
+    first = len(read_metrics(victim.out_dir)[0])
+    time.sleep(random.Random(os.getpid()).uniform(0, 0.5 * duration))  # a random moment within the run
+    assert proc.poll() is None, "the run finished before the kill; make it longer"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    done = max((r["iter"] for r in read_metrics(victim.out_dir)[0]), default=0)
+    assert first >= 1 and done < 40, f"the kill did not land mid-run (iterations logged: {done})"
     result = run_train_process(victim)
     assert result.returncode == 0, result.stderr[-2000:]
     assert losses(victim.out_dir) == losses(whole.out_dir)
@@ -153,7 +164,8 @@ def test_torchrun_restart_after_a_crash_finishes_with_the_same_losses(data_dir, 
     restarted = tiny_config(data_dir, tmp_path / "restarted", init_from="auto", **common)
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "--max-restarts=1",
-         "train.py", *cli_args(restarted)], cwd=REPO, capture_output=True, text=True, env=subprocess_env("crash@6"),
+         "-m", "tests.faults", *cli_args(restarted)], cwd=REPO, capture_output=True, text=True,
+        env=subprocess_env("crash@6"),
         timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "injected crash at iteration 6" in result.stderr  # it really crashed once
@@ -165,10 +177,10 @@ def test_torchrun_restart_after_a_crash_finishes_with_the_same_losses(data_dir, 
 # --- non-finite loss and gradients ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("fault", ["nan_loss", "inf_loss", "nan_grad", "inf_grad"])
-def test_a_nonfinite_step_is_skipped_and_changes_nothing(fault, data_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("ADAMS_GPT_FAULTS", f"{fault}@3")
+def test_a_nonfinite_step_is_skipped_and_changes_nothing(fault, data_dir, tmp_path):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=4, eval_interval=3, keep_checkpoints=3)
-    summary = train.main(cfg)
+    with faults.injected(f"{fault}@3"):
+        summary = train.main(cfg)
     assert summary["skipped_steps"] == 1
     before = checkpoint.load_file(checkpoint.checkpoints(cfg.out_dir)[0])  # iteration 3, before the bad step
     after = checkpoint.load(cfg.out_dir)  # iteration 4, after it
@@ -180,18 +192,17 @@ def test_a_nonfinite_step_is_skipped_and_changes_nothing(fault, data_dir, tmp_pa
     assert [r["skipped_steps"] for r in train_lines] == [0, 0, 0, 1]
 
 
-def test_abort_policy_stops_with_the_iteration_and_saves_nothing_bad(data_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("ADAMS_GPT_FAULTS", "nan_loss@5")
-    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=8, eval_interval=4, nonfinite_policy="abort")
-    with pytest.raises(UserError, match="iteration 5: the loss is nan; stopping \\(nonfinite_policy='abort'\\)"):
+def test_zero_skips_allowed_stops_at_the_first_and_saves_nothing_bad(data_dir, tmp_path):
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=8, eval_interval=4, max_consecutive_skips=0)
+    with faults.injected("nan_loss@5"), pytest.raises(UserError, match="iteration 5: the loss is nan; stopping after 1 "):
         train.main(cfg)
     assert [p.name for p in checkpoint.checkpoints(cfg.out_dir)] == ["ckpt_00000004.pt"]
 
 
-def test_too_many_consecutive_skips_abort(data_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("ADAMS_GPT_FAULTS", "inf_grad@2,inf_grad@3,inf_grad@4")
+def test_too_many_consecutive_skips_abort(data_dir, tmp_path):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=8, max_consecutive_skips=2)
-    with pytest.raises(UserError, match="iteration 4: the gradient norm is .*3 non-finite steps in a row"):
+    with faults.injected("inf_grad@2,inf_grad@3,inf_grad@4"), \
+            pytest.raises(UserError, match="iteration 4: the gradient norm is .*after 3 non-finite step\\(s\\) in a row"):
         train.main(cfg)
 
 

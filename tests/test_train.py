@@ -13,6 +13,7 @@ import torch
 
 import checkpoint
 import dataset
+import metrics
 import train
 from configurator import TrainConfig
 from errors import UserError
@@ -25,8 +26,7 @@ LR = {"adamw": 3e-3, "adams": 3e-3, "adam_mini": 3e-3, "lion": 2e-3, "sgd": 0.3,
 
 
 def read_metrics(out_dir):
-    lines = [json.loads(line) for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in lines if "grad_norm" in r], [r for r in lines if "val_loss" in r]
+    return metrics.read(out_dir)
 
 
 def run_cli(*args, env=None):
@@ -67,6 +67,8 @@ def test_every_optimizer_trains_logs_and_checkpoints(name, data_dir, tmp_path):
         assert {"iter", "tokens", "lr", "train_loss", "grad_norm", "elapsed_s"} <= set(r)
         assert math.isfinite(r["train_loss"])
     assert [r["iter"] for r in eval_lines] == [0, 10, 20]
+    assert {r["kind"] for r in train_lines} == {"train"} and {r["kind"] for r in eval_lines} == {"eval"}
+    assert all({"val_loss", "eval_train_loss"} <= set(r) and "train_loss" not in r for r in eval_lines)
     assert train_lines[-1]["tokens"] == 20 * 8 * 32
     # the loss falls: from ln(256) = 5.5 at the start, clearly lower after 20 steps
     assert eval_lines[-1]["val_loss"] < eval_lines[0]["val_loss"] - 0.5, eval_lines
