@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from .adam_mini import AdamMini
-from .adams import AdamS, adams_update
-from .lion import Lion, lion_update
-from .registry import IMPLEMENTATIONS, OPTIMIZERS, build_optimizer, hyperparameters, param_groups
+from .adams import AdamS, AdamSStep, adams_update
+from .lion import Lion, LionStep, lion_update
+from .registry import IMPLEMENTATIONS, OPTIMIZERS, Entry, build_optimizer, hyperparameters, param_groups
 
 
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -28,6 +28,6 @@ def state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 __all__ = [
-    "AdamS", "Lion", "AdamMini", "OPTIMIZERS", "IMPLEMENTATIONS", "build_optimizer", "hyperparameters",
-    "param_groups", "state_bytes", "adams_update", "lion_update",
+    "AdamS", "Lion", "AdamMini", "OPTIMIZERS", "Entry", "IMPLEMENTATIONS", "build_optimizer", "hyperparameters",
+    "param_groups", "state_bytes", "adams_update", "lion_update", "AdamSStep", "LionStep",
 ]

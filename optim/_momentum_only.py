@@ -9,9 +9,10 @@ Each such optimizer supplies three versions of the same update rule:
   all launched from one call. Small tensors go through the foreach path together.
 - ``update_foreach``: the same rule with ``torch._foreach_*`` ops over lists of tensors.
 
-``hp`` is a 1-D float32 tensor of the step's scalars (lr, weight decay, betas, ...). Passing it
-as a tensor rather than Python floats is what keeps the compiled kernel from recompiling when
-the learning rate or the bias correction changes from one step to the next.
+``hp`` is a NamedTuple of the step's scalars (``AdamSStep``, ``LionStep``: lr, weight decay,
+betas, ...), read by name. The loop and foreach paths get Python floats; the fused path gets
+0-d float32 tensors, which keeps the compiled kernel from recompiling when the learning rate or
+the bias correction changes from one step to the next.
 
 Low-precision parameters (bf16, fp16) are updated with fp32 math: ``update`` upcasts inside
 the kernel; the foreach path upcasts copies and writes the result back.
@@ -87,7 +88,7 @@ class MomentumOnlyOptimizer(Optimizer):
     """Lazy ``exp_avg`` state, grad collection and loop/foreach/fused dispatch.
 
     Subclasses set ``update`` and ``update_foreach`` (static methods) and implement
-    ``_hyperparameters(group, step)``, which returns the list of scalars ``hp`` for that step.
+    ``_hyperparameters(group, step)``, which returns that step's scalars ``hp`` (a NamedTuple).
     """
 
     update: Callable
@@ -104,7 +105,7 @@ class MomentumOnlyOptimizer(Optimizer):
                     if p.dtype not in _FUSED_DTYPES:
                         raise ValueError(f"fused=True supports {_FUSED_DTYPES} parameters, got {p.dtype}")
 
-    def _hyperparameters(self, group: dict, step: int) -> list[float]:
+    def _hyperparameters(self, group: dict, step: int) -> tuple:
         raise NotImplementedError
 
     @torch.no_grad()
@@ -151,9 +152,9 @@ class MomentumOnlyOptimizer(Optimizer):
             for bucket, t in zip(big if fits else rest, (p, g, m)):
                 bucket.append(t)
         if big[0]:
-            hp_tensor = torch.tensor(hp, dtype=torch.float32, device=device)
+            hp_tensors = type(hp)(*torch.tensor(hp, dtype=torch.float32, device=device))  # one copy to the device
             with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT):
-                _compiled(type(self).update)(*big, hp_tensor)
+                _compiled(type(self).update)(*big, hp_tensors)
         if rest[0]:
             self._step_foreach(*rest, hp)
 

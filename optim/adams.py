@@ -6,44 +6,55 @@ Reference: "AdamS: Momentum Itself Can Be A Normalizer for LLM Pretraining and P
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ._momentum_only import MomentumOnlyOptimizer, check_hyperparameters, upcast
 
 
-def adams_update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, hp) -> None:
+class AdamSStep(NamedTuple):
+    """The scalars of one AdamS step: floats, or 0-d tensors in the compiled path."""
+
+    lr: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+    eps: float
+    inv_bc: float  # 1 / (1 - beta1^t) with bias correction, else 1
+
+
+def adams_update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, hp: AdamSStep) -> None:
     """One AdamS step on one tensor, in place, in at least fp32 whatever the storage dtype.
 
-    With hp = (lr, wd, β1, β2, ε, 1/bc) and m the momentum *before* this step::
+    With bc = 1/hp.inv_bc and m the momentum *before* this step::
 
-        p ← p · (1 − lr·wd)
+        p ← p · (1 − lr·weight_decay)
         v ← β2 · (m/bc)² + (1 − β2) · g²
         m ← β1 · m + (1 − β1) · g
         p ← p − lr · (m/bc) / (√v + ε)
     """
-    lr, wd, beta1, beta2, eps, inv_bc = hp
     x, g, m = upcast(p), upcast(grad), upcast(exp_avg)
-    m_hat = m * inv_bc
-    v = beta2 * m_hat * m_hat + (1 - beta2) * g * g
-    m = m + (1 - beta1) * (g - m)
-    x = x * (1 - lr * wd) - (lr * inv_bc) * m / (v.sqrt() + eps)
+    m_hat = m * hp.inv_bc
+    v = hp.beta2 * m_hat * m_hat + (1 - hp.beta2) * g * g
+    m = m + (1 - hp.beta1) * (g - m)
+    x = x * (1 - hp.lr * hp.weight_decay) - (hp.lr * hp.inv_bc) * m / (v.sqrt() + hp.eps)
     p.copy_(x)
     exp_avg.copy_(m)
 
 
-def adams_update_foreach(ps: list, grads: list, exp_avgs: list, hp) -> None:
+def adams_update_foreach(ps: list, grads: list, exp_avgs: list, hp: AdamSStep) -> None:
     """`adams_update` over lists of fp32 tensors with ``torch._foreach_*`` ops."""
-    lr, wd, beta1, beta2, eps, inv_bc = hp
-    if wd != 0:
-        torch._foreach_mul_(ps, 1 - lr * wd)
-    v = torch._foreach_mul(exp_avgs, inv_bc)
+    if hp.weight_decay != 0:
+        torch._foreach_mul_(ps, 1 - hp.lr * hp.weight_decay)
+    v = torch._foreach_mul(exp_avgs, hp.inv_bc)
     torch._foreach_mul_(v, v)
-    torch._foreach_mul_(v, beta2)
-    torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+    torch._foreach_mul_(v, hp.beta2)
+    torch._foreach_addcmul_(v, grads, grads, value=1 - hp.beta2)
     torch._foreach_sqrt_(v)
-    torch._foreach_add_(v, eps)
-    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-    torch._foreach_addcdiv_(ps, exp_avgs, v, value=-lr * inv_bc)
+    torch._foreach_add_(v, hp.eps)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - hp.beta1)
+    torch._foreach_addcdiv_(ps, exp_avgs, v, value=-hp.lr * hp.inv_bc)
 
 
 class AdamS(MomentumOnlyOptimizer):
@@ -111,7 +122,7 @@ class AdamS(MomentumOnlyOptimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, bias_correction=bias_correction)
         super().__init__(params, defaults, foreach=foreach, fused=fused)
 
-    def _hyperparameters(self, group, step):
+    def _hyperparameters(self, group, step) -> AdamSStep:
         beta1, beta2 = group["betas"]
         bc = 1.0 - beta1**step if group["bias_correction"] else 1.0
-        return [group["lr"], group["weight_decay"], beta1, beta2, group["eps"], 1.0 / bc]
+        return AdamSStep(group["lr"], group["weight_decay"], beta1, beta2, group["eps"], 1.0 / bc)

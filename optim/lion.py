@@ -2,38 +2,45 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ._momentum_only import MomentumOnlyOptimizer, check_hyperparameters, upcast
 
 
-def lion_update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, hp) -> None:
-    """One Lion step on one tensor, in place, in at least fp32 whatever the storage dtype.
+class LionStep(NamedTuple):
+    """The scalars of one Lion step: floats, or 0-d tensors in the compiled path."""
 
-    With hp = (lr, wd, β1, β2)::
+    lr: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+
+
+def lion_update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, hp: LionStep) -> None:
+    """One Lion step on one tensor, in place, in at least fp32 whatever the storage dtype::
 
         c ← β1 · m + (1 − β1) · g
-        p ← p · (1 − lr·wd) − lr · sign(c)
+        p ← p · (1 − lr·weight_decay) − lr · sign(c)
         m ← β2 · m + (1 − β2) · g
     """
-    lr, wd, beta1, beta2 = hp
     x, g, m = upcast(p), upcast(grad), upcast(exp_avg)
-    c = m * beta1 + g * (1 - beta1)
-    p.copy_(x * (1 - lr * wd) - lr * torch.sign(c))
-    exp_avg.copy_(m * beta2 + g * (1 - beta2))
+    c = m * hp.beta1 + g * (1 - hp.beta1)
+    p.copy_(x * (1 - hp.lr * hp.weight_decay) - hp.lr * torch.sign(c))
+    exp_avg.copy_(m * hp.beta2 + g * (1 - hp.beta2))
 
 
-def lion_update_foreach(ps: list, grads: list, exp_avgs: list, hp) -> None:
+def lion_update_foreach(ps: list, grads: list, exp_avgs: list, hp: LionStep) -> None:
     """`lion_update` over lists of fp32 tensors with ``torch._foreach_*`` ops."""
-    lr, wd, beta1, beta2 = hp
-    if wd != 0:
-        torch._foreach_mul_(ps, 1 - lr * wd)
-    c = torch._foreach_mul(exp_avgs, beta1)
-    torch._foreach_add_(c, grads, alpha=1 - beta1)
+    if hp.weight_decay != 0:
+        torch._foreach_mul_(ps, 1 - hp.lr * hp.weight_decay)
+    c = torch._foreach_mul(exp_avgs, hp.beta1)
+    torch._foreach_add_(c, grads, alpha=1 - hp.beta1)
     torch._foreach_sign_(c)
-    torch._foreach_add_(ps, c, alpha=-lr)
-    torch._foreach_mul_(exp_avgs, beta2)
-    torch._foreach_add_(exp_avgs, grads, alpha=1 - beta2)
+    torch._foreach_add_(ps, c, alpha=-hp.lr)
+    torch._foreach_mul_(exp_avgs, hp.beta2)
+    torch._foreach_add_(exp_avgs, grads, alpha=1 - hp.beta2)
 
 
 class Lion(MomentumOnlyOptimizer):
@@ -75,6 +82,6 @@ class Lion(MomentumOnlyOptimizer):
         defaults = dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay)
         super().__init__(params, defaults, foreach=foreach, fused=fused)
 
-    def _hyperparameters(self, group, step):
+    def _hyperparameters(self, group, step) -> LionStep:
         beta1, beta2 = group["betas"]
-        return [group["lr"], group["weight_decay"], beta1, beta2]
+        return LionStep(group["lr"], group["weight_decay"], beta1, beta2)

@@ -1,6 +1,7 @@
 """Every optimizer the project trains with, by name, and nanoGPT's parameter groups for them.
 
-Adding an optimizer is one entry in ``OPTIMIZERS``; the registry tests then cover it.
+Adding an optimizer is one file (the optimizer) and one ``Entry`` in ``OPTIMIZERS``: train.py's
+``--optimizer`` accepts it, ``build_optimizer`` builds it, and every registry-wide test runs on it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -20,52 +22,78 @@ from .lion import Lion
 
 log = logging.getLogger(__name__)
 
-OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    "adamw": torch.optim.AdamW,
-    "adams": AdamS,
-    "lion": Lion,
-    "adam_mini": AdamMini,
-    "sgd": functools.partial(torch.optim.SGD, momentum=0.9),  # the paper's SGD with momentum
-    "adagrad": torch.optim.Adagrad,
-    "rmsprop": torch.optim.RMSprop,
-}
-
 IMPLEMENTATIONS = ("auto", "loop", "foreach", "fused")
 
 
-def hyperparameters(name: str) -> set[str]:
-    """The keyword arguments the optimizer ``name`` accepts (besides its parameters)."""
-    signature = inspect.signature(_lookup(name))
-    return {k for k, p in signature.parameters.items() if k != "params" and p.kind is not p.VAR_KEYWORD}
+def torch_fused_where_supported(params: list[torch.Tensor]) -> str | None:
+    """'fused' where torch has a fused kernel for every parameter's device, else the default."""
+    devices = _get_fused_kernels_supported_devices()
+    return "fused" if all(p.device.type in devices and p.is_floating_point() for p in params) else None
 
 
-def _lookup(name: str):
+def compiled_on_cuda(params: list[torch.Tensor]) -> str:
+    """'fused' on CUDA; 'foreach' elsewhere, where compiling the kernel costs more than it saves."""
+    return "fused" if params and all(p.is_cuda for p in params) else "foreach"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What train.py and the tests need to know of one optimizer.
+
+    factory: called as ``factory(param_groups, **hyperparameters)``; its keyword arguments are the
+        hyperparameters it takes (``hyperparameters(name)``).
+    implementations: which of 'loop', 'foreach', 'fused' it offers, through torch.optim's
+        ``foreach=`` and ``fused=`` arguments.
+    auto: what implementation='auto' picks for a list of parameters (None: the optimizer's default).
+    named: it takes (name, parameter) pairs instead of parameters (Adam-mini partitions by name);
+        if it takes ``n_head``, build_optimizer passes ``model.config.n_head``.
+    """
+
+    factory: Callable[..., torch.optim.Optimizer]
+    implementations: tuple[str, ...] = ()
+    auto: Callable[[list[torch.Tensor]], str | None] = lambda params: None
+    named: bool = False
+
+
+OPTIMIZERS: dict[str, Entry] = {
+    "adamw": Entry(torch.optim.AdamW, ("loop", "foreach", "fused"), auto=torch_fused_where_supported),
+    "adams": Entry(AdamS, ("loop", "foreach", "fused"), auto=compiled_on_cuda),
+    "lion": Entry(Lion, ("loop", "foreach", "fused"), auto=compiled_on_cuda),
+    "adam_mini": Entry(AdamMini, named=True),
+    "sgd": Entry(functools.partial(torch.optim.SGD, momentum=0.9), ("loop", "foreach")),  # the paper's SGD with momentum
+    "adagrad": Entry(torch.optim.Adagrad, ("loop", "foreach")),
+    "rmsprop": Entry(torch.optim.RMSprop, ("loop", "foreach")),
+}
+
+
+def _lookup(name: str) -> Entry:
     if name not in OPTIMIZERS:
         raise ValueError(f"Unknown optimizer '{name}'; choose one of: {', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[name]
 
 
-def _implementation_kwargs(name: str, implementation: str, params: list[torch.Tensor]) -> dict:
+def hyperparameters(name: str) -> set[str]:
+    """The keyword arguments the optimizer ``name`` accepts (besides its parameters)."""
+    signature = inspect.signature(_lookup(name).factory)
+    return {k for k, p in signature.parameters.items() if k != "params" and p.kind is not p.VAR_KEYWORD}
+
+
+def implementation_kwargs(name: str, implementation: str, params: list[torch.Tensor]) -> dict:
+    """The ``foreach=``/``fused=`` arguments that select ``implementation`` for optimizer ``name``."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"Unknown implementation '{implementation}'; choose one of: {', '.join(IMPLEMENTATIONS)}")
-    accepted = hyperparameters(name)
+    entry = _lookup(name)
     if implementation == "auto":
-        on_cuda = all(p.is_cuda for p in params)
-        if name == "adamw":
-            fused_devices = _get_fused_kernels_supported_devices()
-            supported = all(p.device.type in fused_devices and p.is_floating_point() for p in params)
-            return {"fused": True} if supported else {}
-        if name in ("adams", "lion"):
-            # The fused kernel is compiled on first use: worth it on a GPU, a wait on a CPU.
-            return {"fused": True} if on_cuda else {"foreach": True}
-        return {}
-    flag = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[implementation]
-    missing = set(flag) - accepted
-    if missing:
-        raise ValueError(f"Optimizer '{name}' has no '{implementation}' implementation; use implementation='auto'")
-    if implementation == "loop" and "fused" in accepted:
-        flag["fused"] = False
-    return flag
+        implementation = entry.auto(params)
+        if implementation is None:
+            return {}
+    if implementation not in entry.implementations:
+        offered = ", ".join(entry.implementations) or "none besides its default"
+        raise ValueError(f"Optimizer '{name}' has no '{implementation}' implementation (it has: {offered}); "
+                         "use implementation='auto'")
+    if implementation == "loop":
+        return {"foreach": False, **({"fused": False} if "fused" in entry.implementations else {})}
+    return {implementation: True}
 
 
 def param_groups(model: nn.Module, weight_decay: float, named: bool = False) -> list[dict]:
@@ -88,9 +116,9 @@ def build_optimizer(name: str, model: nn.Module, implementation: str = "auto", *
     ``hyperparams`` go to the optimizer's constructor (``lr``, ``betas``, ``weight_decay``, ...);
     ``weight_decay`` applies to the decayed group only. ``implementation`` picks the loop,
     foreach or fused code path where the optimizer has them ("auto" picks the fastest sensible
-    one). Adam-mini receives parameter names and, if not given, ``n_head`` from ``model.config``.
+    one). An optimizer that takes ``n_head`` (Adam-mini) gets ``model.config.n_head`` unless given.
     """
-    factory = _lookup(name)
+    entry = _lookup(name)
     accepted = hyperparameters(name)
     unknown = set(hyperparams) - accepted
     if unknown:
@@ -98,12 +126,11 @@ def build_optimizer(name: str, model: nn.Module, implementation: str = "auto", *
             f"Optimizer '{name}' does not take {', '.join(sorted(unknown))}; it takes: {', '.join(sorted(accepted))}"
         )
     weight_decay = hyperparams.pop("weight_decay", 0.0)
-    is_adam_mini = factory is AdamMini
-    if is_adam_mini and "n_head" not in hyperparams and hasattr(getattr(model, "config", None), "n_head"):
+    if "n_head" in accepted and "n_head" not in hyperparams and hasattr(getattr(model, "config", None), "n_head"):
         hyperparams["n_head"] = model.config.n_head
-    groups = param_groups(model, weight_decay, named=is_adam_mini)
-    flat = [p for g in groups for p in (g["params"] if not is_adam_mini else [p for _, p in g["params"]])]
-    kwargs = _implementation_kwargs(name, implementation, flat)
-    optimizer = factory(groups, **hyperparams, **kwargs)
+    groups = param_groups(model, weight_decay, named=entry.named)
+    flat = [p for g in groups for p in g["params"]] if not entry.named else [p for g in groups for _, p in g["params"]]
+    kwargs = implementation_kwargs(name, implementation, flat)
+    optimizer = entry.factory(groups, **hyperparams, **kwargs)
     log.info("optimizer: %s %s", name, ", ".join(f"{k}={v}" for k, v in {**hyperparams, **kwargs}.items()))
     return optimizer

@@ -13,7 +13,7 @@ import train
 from optim import OPTIMIZERS
 from tests.conftest import per_optimizer, tiny_config
 from tests.test_reliability import losses
-from tests.test_train import LR, cli_args
+from tests.test_train import cli_args, lr_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,7 @@ def test_optimizers_on_sharded_parameters_equal_unsharded():
 
 
 def run_config(data_dir, out, name, **overrides):
-    values = dict(optimizer=name, learning_rate=LR[name], min_lr=LR[name] / 10, gradient_accumulation_steps=2,
+    values = dict(optimizer=name, learning_rate=lr_for(name), min_lr=lr_for(name) / 10, gradient_accumulation_steps=2,
                   max_iters=4, eval_interval=4, lr_decay_iters=8)
     values.update(overrides)
     return tiny_config(data_dir, out, **values)

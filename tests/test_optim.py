@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from optim import OPTIMIZERS, AdamMini, AdamS, Lion, build_optimizer, state_bytes
+from optim import OPTIMIZERS, AdamMini, AdamS, Lion, build_optimizer, hyperparameters, state_bytes
 from optim.adam_mini import partition
 
 IMPLS = {"loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
@@ -130,7 +130,7 @@ def test_fused_does_not_recompile_when_lr_changes():
 # --- the reference packages ------------------------------------------------------------------
 
 def test_adamw_is_torch_adamw():
-    assert OPTIMIZERS["adamw"] is torch.optim.AdamW
+    assert OPTIMIZERS["adamw"].factory is torch.optim.AdamW
     opt = build_optimizer("adamw", nn.Linear(4, 4), lr=1e-3)
     assert type(opt) is torch.optim.AdamW
     assert opt.defaults["fused"] is True  # fused AdamW runs on CPU too
@@ -234,16 +234,18 @@ def test_adam_mini_unknown_parameter_is_an_error_or_an_explicit_logged_default(c
     assert "mystery" in caplog.text
 
 
-# --- registry-wide: every optimizer gets every test below ----------------------------------------
+# --- registry-wide: every optimizer gets every check below ----------------------------------------
+# Each check is a plain function of the optimizer's name, parametrized over the registry, so that
+# test_a_new_optimizer_is_one_file_and_one_entry can run all of them on an optimizer it registers.
 
-# learning rates that suit each optimizer on the toy problems below
+# learning rates that suit each optimizer on the toy problems below (a new one gets the default)
 TOY_LR = {"adamw": 0.05, "adams": 0.05, "lion": 0.02, "adam_mini": 0.05, "sgd": 0.002, "adagrad": 0.3, "rmsprop": 0.01}
 
 
 def toy_kwargs(name):
-    kw = {"lr": TOY_LR[name]}
-    if name == "adam_mini":
-        kw["default_rule"] = "adam"
+    kw = {"lr": TOY_LR.get(name, 0.05)}
+    if "default_rule" in hyperparameters(name):
+        kw["default_rule"] = "adam"  # the toy models' names are not GPT-2's
     return kw
 
 
@@ -261,17 +263,27 @@ class Tiny(nn.Module):
         return self.ln_f(self.c_fc(self.wte(idx))) @ self.wte.weight.T
 
 
-def test_registry_names():
-    assert set(OPTIMIZERS) == {"adamw", "adams", "lion", "adam_mini", "sgd", "adagrad", "rmsprop"}
-    assert set(TOY_LR) == set(OPTIMIZERS), "give a new optimizer a toy learning rate"
+def test_registry_errors_name_the_choices():
     with pytest.raises(ValueError, match="Unknown optimizer 'adamz'; choose one of: adamw, adams"):
         build_optimizer("adamz", Tiny())
     with pytest.raises(ValueError, match="does not take betas"):
         build_optimizer("sgd", Tiny(), betas=(0.9, 0.95))
+    with pytest.raises(ValueError, match="has no 'fused' implementation"):
+        build_optimizer("adam_mini", Tiny(), implementation="fused", default_rule="adam")
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
-def test_build_optimizer_groups(name):
+def check_implementations_are_what_the_entry_says(name):
+    entry = OPTIMIZERS[name]
+    for impl in entry.implementations:
+        opt = build_optimizer(name, Tiny(), implementation=impl, **toy_kwargs(name))
+        if impl != "loop":
+            assert opt.defaults[impl] is True, (name, impl)
+        else:
+            assert opt.defaults["foreach"] is False and opt.defaults.get("fused") in (None, False)
+    build_optimizer(name, Tiny(), implementation="auto", **toy_kwargs(name))
+
+
+def check_build_optimizer_groups(name):
     model = Tiny()
     opt = build_optimizer(name, model, weight_decay=0.1, **toy_kwargs(name))
     decayed, not_decayed = opt.param_groups
@@ -293,8 +305,7 @@ def train_tiny(model, opt, steps, seed=0):
     return losses
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
-def test_state_dict_round_trip_is_bit_identical(name):
+def check_state_dict_round_trip_is_bit_identical(name):
     torch.manual_seed(0)
     model = Tiny()
     opt = build_optimizer(name, model, weight_decay=0.1, **toy_kwargs(name))
@@ -311,8 +322,7 @@ def test_state_dict_round_trip_is_bit_identical(name):
         assert torch.equal(p, q)
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
-def test_params_without_grad_are_untouched(name):
+def check_params_without_grad_are_untouched(name):
     torch.manual_seed(0)
     model = Tiny()
     before = model.unused.weight.detach().clone()
@@ -338,14 +348,16 @@ def rosenbrock(x):
     return (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
-@pytest.mark.parametrize("f, start, steps, factor", [(quadratic, [1.0, -1.0, 0.5, 2.0], 300, 1e-2), (rosenbrock, [-1.2, 1.0], 2000, 0.1)])
-def test_decreases_quadratic_and_rosenbrock(name, f, start, steps, factor):
+PROBLEMS = [(quadratic, [1.0, -1.0, 0.5, 2.0], 300, 1e-2), (rosenbrock, [-1.2, 1.0], 2000, 0.1)]
+
+
+def check_decreases(name, f, start, steps, factor):
     model = Problem(start)
     kw = toy_kwargs(name)
     if f is rosenbrock and name == "sgd":
         kw["lr"] = 2e-4  # curvature up to ~1000 near the start
-    opt = OPTIMIZERS[name](model.parameters(), **{k: v for k, v in kw.items() if k != "default_rule"}) if name != "adam_mini" else AdamMini([("x", model.x)], **kw)
+    params = [("x", model.x)] if OPTIMIZERS[name].named else model.parameters()
+    opt = OPTIMIZERS[name].factory(params, **kw)
     initial = f(model.x).item()
     for _ in range(steps):
         opt.zero_grad()
@@ -354,6 +366,53 @@ def test_decreases_quadratic_and_rosenbrock(name, f, start, steps, factor):
         opt.step()
     assert math.isfinite(f(model.x).item())
     assert f(model.x).item() < factor * initial, f"{name}: {initial:.3g} -> {f(model.x).item():.3g}"
+
+
+REGISTRY_CHECKS = (check_implementations_are_what_the_entry_says, check_build_optimizer_groups,
+                   check_state_dict_round_trip_is_bit_identical, check_params_without_grad_are_untouched)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("check", REGISTRY_CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_registry_wide(check, name):
+    check(name)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("f, start, steps, factor", PROBLEMS, ids=["quadratic", "rosenbrock"])
+def test_decreases_quadratic_and_rosenbrock(name, f, start, steps, factor):
+    check_decreases(name, f, start, steps, factor)
+
+
+class SignMomentum(torch.optim.Optimizer):
+    """A toy optimizer in the shape a new one would have: momentum, then a step along its sign."""
+
+    def __init__(self, params, lr=1e-3, beta=0.9, weight_decay=0.0, *, foreach=None):
+        super().__init__(params, dict(lr=lr, beta=beta, weight_decay=weight_decay, foreach=foreach))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                m = self.state[p].setdefault("exp_avg", torch.zeros_like(p))
+                m.lerp_(p.grad, 1 - group["beta"])
+                p.mul_(1 - group["lr"] * group["weight_decay"]).add_(m.sign(), alpha=-group["lr"])
+
+
+def test_a_new_optimizer_is_one_file_and_one_entry(monkeypatch, data_dir, tmp_path):
+    import train
+    from optim import Entry
+    from tests.conftest import tiny_config
+
+    monkeypatch.setitem(OPTIMIZERS, "toy", Entry(SignMomentum, ("loop", "foreach")))
+    for check in REGISTRY_CHECKS:
+        check("toy")
+    for problem in PROBLEMS:
+        check_decreases("toy", *problem)
+    summary = train.main(tiny_config(data_dir, tmp_path / "toy", optimizer="toy", learning_rate=3e-3, min_lr=3e-4))
+    assert summary["val_loss"] < 5.0  # from ln(256) = 5.5 at the start
 
 
 def test_adams_and_lion_hold_half_of_adamws_state():

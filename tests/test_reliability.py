@@ -18,7 +18,7 @@ from errors import UserError
 from optim import OPTIMIZERS
 from tests import faults
 from tests.conftest import tiny_config
-from tests.test_train import LR, cli_args, read_metrics
+from tests.test_train import cli_args, lr_for, read_metrics
 from tokens import write_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def test_prefixes_from_compile_and_ddp_are_stripped():
 # --- bit-exact resume ----------------------------------------------------------------------------------
 
 def exact_config(data_dir, out_dir, name, **overrides):
-    values = dict(optimizer=name, learning_rate=LR[name], min_lr=LR[name] / 10, dropout=0.1,
+    values = dict(optimizer=name, learning_rate=lr_for(name), min_lr=lr_for(name) / 10, dropout=0.1,
                   gradient_accumulation_steps=2, max_iters=8, eval_interval=4, lr_decay_iters=8)
     values.update(overrides)
     return tiny_config(data_dir, out_dir, **values)
