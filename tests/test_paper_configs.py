@@ -3,6 +3,7 @@
 The table below is typed from the paper, not derived from the config files.
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,21 @@ def test_paper_config(size, opt, iters):
 
 def test_every_config_file_is_in_the_table_or_a_cpu_reproduction():
     listed = {config_path(*e).name for e in EXPERIMENTS}
-    assert {p.name for p in (REPO / "config").glob("*.py")} == listed
+    assert {p.name for p in (REPO / "config").glob("train_*.py")} == listed
+    assert {p.name for p in (REPO / "config").glob("*.py")} - listed == {"__init__.py", "recipes.py"}
     for path in (REPO / "config" / "repro").glob("*.py"):
         configurator.check(configurator.load([str(path)]))
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adams", "lion", "adam_mini", "adagrad", "rmsprop"])
+def test_repro_configs_still_give_the_committed_runs(optimizer):
+    # results/runs/optimizers holds the runs these files made (sweep.py added seed and out_dir):
+    # every setting must be what it was then, or the commands in results/README.md reproduce nothing
+    run = REPO / "results" / "runs" / "optimizers" / f"config=cpu_{optimizer}_seed=1"
+    then = json.loads((run / "config.json").read_text())["config"]
+    now = configurator.as_dict(configurator.load([str(REPO / "config" / "repro" / f"cpu_{optimizer}.py"),
+                                                  "--seed=1", f"--out_dir={then['out_dir']}", "--init_from=auto"]))
+    removed = {"nonfinite_policy"}  # settings that no longer exist
+    assert {k: v for k, v in then.items() if k not in removed} == {k: v for k, v in now.items() if k in then}
+    defaults = configurator.as_dict(configurator.TrainConfig())
+    assert all(now[k] == defaults[k] for k in set(now) - set(then))  # settings added since, at their defaults

@@ -1,29 +1,10 @@
-"""Small-scale reproduction on a CPU: adagrad on the embedded corpus (see results/README.md).
+"""Adagrad (an appendix baseline: AdamW's lr and schedule) on the embedded corpus: the paper's recipe
+at CPU scale.
 
-Adagrad with AdamW's lr and schedule, torch's defaults otherwise (no weight decay), as in the paper's appendix.
-The paper's recipe scaled down: warmup then cosine to 0.1x lr, clip 1.0; a 0.8M-parameter GPT
-(3.2M with --set n_embd=256), 16 x 128 = 2,048 byte tokens per iteration, 600 iterations (1.2M tokens).
+    python train.py config/repro/cpu_adagrad.py                  # 0.82M parameters
+    python train.py config/repro/cpu_adagrad.py --n_embd=256     # 3.2M
 """
 
-dataset = "pystdlib"
-n_layer = 4
-n_head = 4
-n_embd = 128
-block_size = 128
-batch_size = 16
-gradient_accumulation_steps = 1
+from config.recipes import cpu_repro
 
-optimizer = "adagrad"
-learning_rate = 0.003
-min_lr = 0.0003
-weight_decay = 0.0
-grad_clip = 1.0
-max_iters = 600
-lr_decay_iters = 600
-warmup_iters = 60
-
-eval_interval = 50
-eval_iters = 20  # the same 20 x 16 validation windows at every evaluation, for every run
-log_interval = 10
-device = "cpu"
-dtype = "float32"
+globals().update(cpu_repro("adagrad"))
