@@ -164,6 +164,23 @@ def load_file(path: Path, map_location="cpu") -> dict:
     return state
 
 
+def load_model_weights(state: dict, model: torch.nn.Module) -> None:
+    """Load a checkpoint's weights (``load`` or ``load_file``'s result, either layout) into an
+    unsharded model built from ``state['model_args']``, in one process."""
+    if "dcp_path" in state:
+        import torch.distributed.checkpoint as dcp
+
+        weights = model.state_dict()
+        try:
+            dcp.load({"model": weights}, checkpoint_id=str(state["dcp_path"]))
+        except Exception as e:
+            raise UserError(f"sharded checkpoint {state['dcp_path']} cannot be read ({type(e).__name__}: "
+                            f"{str(e)[:200]})") from e
+        model.load_state_dict(weights)
+    else:
+        model.load_state_dict(clean_state_dict(state["model"]))
+
+
 def check_shape(state: dict, config: dict, path: str = "the checkpoint") -> None:
     """Refuse a checkpoint whose model shape differs from the config, naming the field."""
     for key in MODEL_SHAPE:

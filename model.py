@@ -145,16 +145,25 @@ class GPT(nn.Module):
         return flops_per_token * tokens_per_second / peak_flops
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None):
-        """Sample ``max_new_tokens`` tokens after ``idx`` (B, T); returns (B, T + max_new_tokens)."""
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None,
+                 vocab_size: int | None = None):
+        """Sample ``max_new_tokens`` tokens after ``idx`` (B, T); returns (B, T + max_new_tokens).
+
+        ``temperature=0`` picks the most likely token every time (greedy). ``vocab_size`` leaves
+        out the padding of a padded vocabulary (ids at or above it are never sampled).
+        """
         for _ in range(max_new_tokens):
             context = idx[:, -self.config.block_size :]
             logits, _ = self(context)
-            logits = logits[:, -1, :] / max(temperature, 1e-8)
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            next_token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+            logits = logits[:, -1, :vocab_size].float()
+            if temperature == 0:
+                next_token = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("inf")
+                next_token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
             idx = torch.cat((idx, next_token), dim=1)
         return idx
 

@@ -124,7 +124,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
         if main_rank:
             print(f"resuming from iteration {progress.iter} ({checkpoint.latest(out_dir)})")
     meta = dict(config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(),
-                model_source=resume["model_source"] if resume else ("scratch" if cfg.init_from in ("scratch", "auto")
+                data_vocab=data["vocab_size"], model_source=resume["model_source"] if resume else ("scratch" if cfg.init_from in ("scratch", "auto")
                                                                     else cfg.init_from))
     resume = None  # free it
 

@@ -6,8 +6,9 @@ parameter name is matched against an ordered list of (regex, rule) pairs, the fi
 and a name that matches nothing is an error (or, only when asked, an explicit logged default).
 ``AdamMini.partition()`` lists the result.
 
-Rules (all block rules cut a 2-D weight along dim 0, the output dimension of ``nn.Linear``
-and the token dimension of ``nn.Embedding``):
+Rules (all block rules cut a 2-D weight along its output dimension: dim 0 of ``nn.Linear`` and
+the token dimension of ``nn.Embedding``; dim 1 of the weights named in ``transposed``, such as
+Hugging Face GPT-2's ``Conv1D``, stored (in, out): ``AdamMini.from_model`` finds those itself):
 
 - ``adam``:  one v per coordinate (plain Adam), used for biases.
 - ``row``:   one v per row: per token for embeddings and the output head, per output neuron
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -50,11 +51,13 @@ GPT2_RULES: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True)
 class Block:
-    """How one parameter is cut: ``segments`` are (rows per block, number of blocks) along dim 0."""
+    """How one parameter is cut: ``segments`` are (rows per block, number of blocks) along the
+    output dimension: dim 0, or dim 1 if ``transposed``."""
 
     name: str
     rule: str
     segments: tuple[tuple[int, int], ...]
+    transposed: bool = False
 
     @property
     def n_blocks(self) -> int:
@@ -86,8 +89,10 @@ def partition(
     n_head: int | None = None,
     rules: Sequence[tuple[str, str]] = GPT2_RULES,
     default_rule: str | None = None,
+    transposed: Collection[str] = (),
 ) -> list[Block]:
-    """Classify each named parameter into an Adam-mini block rule (first matching regex wins)."""
+    """Classify each named parameter into an Adam-mini block rule (first matching regex wins).
+    Weights named in ``transposed`` are stored (in, out) and cut along dim 1."""
     blocks = []
     for name, p in named_parameters:
         rule = next((r for pattern, r in rules if re.search(pattern, name)), None)
@@ -101,7 +106,9 @@ def partition(
             rule = default_rule
         if rule not in RULES:
             raise ValueError(f"Unknown Adam-mini rule '{rule}' for {name}; choose from {RULES}")
-        blocks.append(Block(name, rule, _segments(name, rule, p.shape, n_head)))
+        flip = name in transposed and p.dim() == 2 and rule not in ("adam", "whole")
+        shape = p.shape[::-1] if flip else p.shape
+        blocks.append(Block(name, rule, _segments(name, rule, shape, n_head), transposed=flip))
     return blocks
 
 
@@ -116,6 +123,8 @@ def block_means(row_means: torch.Tensor, block: Block) -> torch.Tensor:
 
 def block_mean(x: torch.Tensor, block: Block) -> torch.Tensor:
     """Mean of x over each block of ``block``: a vector of length ``block.n_blocks``."""
+    if block.transposed:
+        x = x.t()
     rows = x.reshape(1, -1) if block.rule == "whole" else x.reshape(x.shape[0], -1)
     return block_means(rows.mean(dim=1), block)
 
@@ -146,7 +155,8 @@ def expand_blocks(values: torch.Tensor, block: Block, ndim: int) -> torch.Tensor
     if block.rule == "whole":
         return values.reshape((1,) * ndim)
     repeats = torch.tensor([r for r, n in block.segments for _ in range(n)], device=values.device)
-    return torch.repeat_interleave(values, repeats).view(-1, *([1] * (ndim - 1)))
+    expanded = torch.repeat_interleave(values, repeats)
+    return expanded.view(1, -1) if block.transposed else expanded.view(-1, *([1] * (ndim - 1)))
 
 
 def adam_mini_update(p, grad, m, v, block: Block, step: int, lr, wd, beta1, beta2, eps) -> None:
@@ -166,6 +176,8 @@ def adam_mini_update(p, grad, m, v, block: Block, step: int, lr, wd, beta1, beta
     if block.rule == "adam":
         g2 = g * g
     elif isinstance(p, DTensor):
+        if block.transposed:
+            raise NotImplementedError(f"Adam-mini on a sharded (in, out) weight ({block.name}) is not supported")
         g2, rows = _sharded_block_mean(g * g, block, p)
     else:
         g2 = block_mean(g * g, block)
@@ -198,6 +210,10 @@ class AdamMini(Optimizer):
         n_head: attention heads, for the ``head`` and ``qkv`` rules.
         rules: ordered (regex, rule) pairs; the first regex found in a name decides its rule.
         default_rule: rule for names no regex matches; None (default) makes that an error.
+        transposed: names of 2-D weights stored (in, out), like Hugging Face GPT-2's Conv1D.
+
+    For any ``nn.Module`` with a ``config`` (ours, or a Hugging Face model), ``AdamMini.from_model``
+    finds the names, the head count and the (in, out) weights itself.
     """
 
     def __init__(
@@ -211,6 +227,7 @@ class AdamMini(Optimizer):
         n_head: int | None = None,
         rules: Sequence[tuple[str, str]] = GPT2_RULES,
         default_rule: str | None = None,
+        transposed: Collection[str] = (),
     ):
         check_hyperparameters(lr, betas, weight_decay, eps)
         groups = list(params)
@@ -221,7 +238,7 @@ class AdamMini(Optimizer):
             named = list(group["params"])
             if not all(isinstance(item, tuple) and len(item) == 2 for item in named):
                 raise ValueError("AdamMini needs parameter names: pass model.named_parameters(), or groups of (name, param) pairs")
-            for block, (_, p) in zip(partition(named, n_head, rules, default_rule), named):
+            for block, (_, p) in zip(partition(named, n_head, rules, default_rule, transposed), named):
                 blocks[p] = block
             group["params"] = [p for _, p in named]
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
@@ -231,6 +248,24 @@ class AdamMini(Optimizer):
         for block in blocks.values():
             counts[block.rule] = counts.get(block.rule, 0) + 1
         log.info("Adam-mini partition: %s", ", ".join(f"{n} tensors '{rule}'" for rule, n in sorted(counts.items())))
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module, weight_decay: float = 0.0, **kwargs) -> AdamMini:
+        """Adam-mini over ``model``: its named parameters in nanoGPT's two weight-decay groups, its
+        head count from ``model.config`` (``n_head``, or ``num_attention_heads`` in Hugging Face
+        configs), and every ``Conv1D`` weight marked (in, out). Other arguments as for AdamMini.
+
+            optimizer = AdamMini.from_model(hf_gpt2, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        """
+        from .registry import param_groups
+
+        config = getattr(model, "config", None)
+        heads = getattr(config, "n_head", None) or getattr(config, "num_attention_heads", None)
+        if "n_head" not in kwargs and heads is not None:
+            kwargs["n_head"] = heads
+        kwargs.setdefault("transposed", {f"{name}.weight" for name, module in model.named_modules()
+                                         if type(module).__name__ == "Conv1D"})
+        return cls(param_groups(model, weight_decay, named=True), **kwargs)
 
     def partition(self) -> list[tuple[str, str, int]]:
         """(parameter name, rule, number of second-moment scalars) for every parameter."""

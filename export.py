@@ -1,0 +1,186 @@
+"""A train.py checkpoint as a Hugging Face GPT-2 directory, for transformers, lm-eval-harness or TRL.
+
+    python export.py OUT_DIR HF_DIR                                # the run's latest checkpoint, .pt or sharded .dcp
+    python export.py OUT_DIR/checkpoints/ckpt_00001200.pt HF_DIR   # a particular one
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(HF_DIR)           # our logits, to float rounding
+    tokenizer = AutoTokenizer.from_pretrained(HF_DIR)
+
+HF_DIR gets config.json and model.safetensors (a GPT2LMHeadModel), and the tokenizer where the
+vocabulary is one we know:
+
+- GPT-2's BPE (50,257 tokens): vocab.json and merges.txt, the same content as tiktoken's GPT-2
+  files (read from tiktoken's cache, ``TIKTOKEN_CACHE_DIR``, or downloaded);
+- bytes (256 tokens, the embedded corpus): a byte-level tokenizer whose ids are the UTF-8 bytes,
+  so any text round-trips;
+- anything else: no tokenizer, and the command says so.
+
+A vocabulary padded for fast matmuls (50,304) is cropped back to the data's (50,257): the logits
+of every real token are unchanged; the padding rows were never a target. A model without biases
+(``bias=False``) gets zero biases, which HF's GPT-2 always has. HF_DIR is written complete or not
+at all, and an existing non-empty HF_DIR is refused unless --overwrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+import checkpoint
+from errors import UserError
+from model import GPT, GPTConfig
+
+GPT2_VOCAB = 50257
+GPT2_FILES = {  # tiktoken's sources for GPT-2's BPE, and the name each has in a Hugging Face directory
+    "vocab.json": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
+    "merges.txt": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
+}
+# Hugging Face's GPT-2 keeps these as Conv1D, weights stored (in, out): ours are nn.Linear, (out, in)
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def load_gpt(source: str | Path) -> tuple[GPT, dict]:
+    """Our GPT from an out_dir (its latest checkpoint) or a checkpoint path, either layout, and
+    the checkpoint's metadata."""
+    source = Path(source)
+    if source.is_dir() and not source.name.endswith(".dcp"):
+        state = checkpoint.load(source)
+    elif source.exists():
+        state = checkpoint.load_file(source)
+    else:
+        raise UserError(f"{source} is neither a run's out_dir nor a checkpoint; pass the out_dir train.py wrote")
+    model = GPT(GPTConfig(**state["model_args"]))
+    checkpoint.load_model_weights(state, model)
+    return model.eval(), state
+
+
+def data_vocab(state: dict) -> int:
+    """The vocabulary of the data the model was trained on (the model's may be padded)."""
+    if "data_vocab" in state:
+        return state["data_vocab"]
+    vocab = state["model_args"]["vocab_size"]  # checkpoints from before data_vocab was saved
+    return GPT2_VOCAB if vocab == 50304 else vocab
+
+
+def to_hf(model: GPT, vocab_size: int):
+    """A transformers GPT2LMHeadModel computing what ``model`` computes on token ids < vocab_size."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    c = model.config
+    if vocab_size > c.vocab_size:
+        raise UserError(f"vocab_size={vocab_size} is larger than the model's {c.vocab_size}")
+    config = GPT2Config(vocab_size=vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,
+                        n_head=c.n_head, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                        resid_pdrop=c.dropout, embd_pdrop=c.dropout, attn_pdrop=c.dropout,
+                        bos_token_id=GPT2_VOCAB - 1 if vocab_size == GPT2_VOCAB else None,
+                        eos_token_id=GPT2_VOCAB - 1 if vocab_size == GPT2_VOCAB else None)
+    hf = GPT2LMHeadModel(config)
+    ours = model.state_dict()
+    with torch.no_grad():
+        for key, target in hf.state_dict().items():
+            if key in ours:
+                value = ours[key].t() if key.endswith(CONV1D) else ours[key]
+                target.copy_(value[:vocab_size] if key in ("transformer.wte.weight", "lm_head.weight") else value)
+            elif key.endswith(".bias"):
+                target.zero_()  # bias=False: the layer has none, which is a zero bias
+            else:
+                raise KeyError(f"no weight for Hugging Face's {key}")
+    return hf.eval()
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: each byte as a printable character. Printable Latin-1 bytes
+    are themselves; the others, in order, are the characters from U+0100 on."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(others)}}
+
+
+def byte_tokenizer():
+    """A Hugging Face tokenizer whose ids are the UTF-8 bytes of the text: the embedded corpus's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {char: b for b, char in bytes_to_unicode().items()}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, clean_up_tokenization_spaces=False)
+
+
+def gpt2_tokenizer(folder: Path):
+    """GPT-2's BPE tokenizer from tiktoken's files (its cache, or downloaded), or None if unavailable."""
+    try:
+        from tiktoken.load import read_file_cached
+
+        for name, url in GPT2_FILES.items():
+            (folder / name).write_bytes(read_file_cached(url))
+    except Exception as e:  # offline with no cache
+        print(f"note: GPT-2's tokenizer files are not available here ({type(e).__name__}); no tokenizer written. "
+              "Set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's GPT-2 files, or export where they download")
+        return None
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # with GPT-2's split pattern
+    tok.decoder = decoders.ByteLevel()
+    end = "<|endoftext|>"
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end, unk_token=end,
+                                   clean_up_tokenization_spaces=False)
+
+
+def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> Path:
+    """Write the checkpoint at ``source`` (an out_dir or a checkpoint) to ``hf_dir``; returns it."""
+    hf_dir = Path(hf_dir)
+    if hf_dir.exists() and (not hf_dir.is_dir() or any(hf_dir.iterdir())) and not overwrite:
+        raise UserError(f"{hf_dir} exists and is not empty; choose another folder or pass --overwrite")
+    model, state = load_gpt(source)
+    vocab = data_vocab(state)
+    hf_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{hf_dir.name}.", dir=hf_dir.parent))
+    try:
+        to_hf(model, vocab).save_pretrained(tmp)
+        if vocab <= 256:
+            tokenizer = byte_tokenizer()
+        elif vocab == GPT2_VOCAB:
+            tokenizer = gpt2_tokenizer(tmp)
+        else:
+            tokenizer = None
+            print(f"note: a vocabulary of {vocab} tokens is neither bytes nor GPT-2's; no tokenizer written")
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        (tmp / "adams_gpt.json").write_text(json.dumps(dict(source=str(source), iter=state["iter_num"],
+                                                            config=state.get("config", {})), indent=2))
+        if hf_dir.exists():
+            shutil.rmtree(hf_dir)
+        tmp.rename(hf_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return hf_dir
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", help="a train.py out_dir (its latest checkpoint) or a checkpoint file or .dcp folder")
+    parser.add_argument("hf_dir", help="the Hugging Face directory to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace hf_dir if it holds something")
+    args = parser.parse_args(argv)
+    try:
+        out = export(args.source, args.hf_dir, args.overwrite)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: " + ", ".join(sorted(p.name for p in out.iterdir())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

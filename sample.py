@@ -1,0 +1,132 @@
+"""Sample from a trained model: the latest checkpoint of a train.py run, GPT-2, or a Hugging Face directory.
+
+    python sample.py --out_dir=out                                   # the run `python train.py` made
+    python sample.py --out_dir=out --start="def main(" --temperature=0 --max_new_tokens=100
+    python sample.py --init_from=gpt2 --start=FILE:prompt.txt --num_samples=3   # OpenAI's weights (download)
+    python sample.py --init_from=path/to/hf_dir                      # e.g. what export.py wrote
+
+Text is encoded as the model's data was: UTF-8 bytes for a byte-level vocabulary (the embedded
+corpus), GPT-2's BPE (tiktoken) for 50,257 tokens, or the Hugging Face directory's own
+tokenizer. ``--temperature=0`` is greedy decoding. The same seed gives the same samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+import checkpoint
+import export
+from distributed import resolve_device
+from errors import UserError
+from model import GPT
+
+
+def encoder_for(vocab: int, hf_dir: Path | None):
+    """(encode, decode) for the model's vocabulary."""
+    if hf_dir is not None and any((hf_dir / name).exists() for name in ("tokenizer.json", "vocab.json")):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(hf_dir)
+        return (lambda text: tok(text)["input_ids"]), (lambda ids: tok.decode(ids))
+    if vocab <= 256:
+        return (lambda text: list(text.encode("utf-8"))), (lambda ids: bytes(ids).decode("utf-8", errors="replace"))
+    if vocab == export.GPT2_VOCAB:
+        try:
+            import tiktoken
+
+            enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:
+            raise UserError(f"GPT-2's tokenizer cannot be loaded here ({type(e).__name__}); set TIKTOKEN_CACHE_DIR to "
+                            "a folder with tiktoken's GPT-2 files, or run where they can be downloaded") from e
+        return (lambda text: enc.encode(text, allowed_special={"<|endoftext|>"})), enc.decode
+    raise UserError(f"no tokenizer is known for a vocabulary of {vocab} tokens; export the model with a tokenizer "
+                    "and pass its folder as --init_from")
+
+
+def load(args) -> tuple[GPT, int, Path | None]:
+    """The model, the vocabulary its data used, and the HF directory it came from (if one)."""
+    if args.init_from == "resume":
+        if checkpoint.latest(args.out_dir) is None:
+            raise UserError(f"no checkpoint in {Path(args.out_dir) / checkpoint.FOLDER}; train first "
+                            "(python train.py --out_dir=...), or pass --init_from=gpt2 or a Hugging Face directory")
+        model, state = export.load_gpt(args.out_dir)
+        return model, export.data_vocab(state), None
+    try:
+        model = GPT.from_pretrained(args.init_from)
+    except OSError as e:
+        raise UserError(f"init_from='{args.init_from}' is neither 'resume' nor a GPT-2 name or Hugging Face directory "
+                        f"that can be loaded here ({type(e).__name__})") from e
+    hf_dir = Path(args.init_from) if Path(args.init_from).is_dir() else None
+    return model.eval(), model.config.vocab_size, hf_dir
+
+
+def prompt_text(start: str) -> str:
+    if not start.startswith("FILE:"):
+        return start
+    path = Path(start.removeprefix("FILE:"))
+    if not path.is_file():
+        raise UserError(f"--start=FILE:{path}: no such file")
+    return path.read_text(encoding="utf-8")
+
+
+def sample(args) -> list[str]:
+    if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature < 0:
+        raise UserError("--num_samples must be at least 1, --max_new_tokens and --temperature at least 0")
+    device = resolve_device(args.device)
+    model, vocab, hf_dir = load(args)
+    model.to(device)
+    encode, decode = encoder_for(vocab, hf_dir)
+    ids = encode(prompt_text(args.start))
+    if not ids:
+        raise UserError("the prompt is empty; give at least one character with --start")
+    if max(ids) >= vocab:
+        raise UserError(f"the prompt encodes to token id {max(ids)}, outside the model's vocabulary of {vocab}; "
+                        "use text the model's tokenizer covers")
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    autocast = nullcontext() if dtype == torch.float32 else torch.autocast(device.type, dtype=dtype)
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    out = []
+    with autocast:
+        for _ in range(args.num_samples):
+            y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                               generator=generator, vocab_size=vocab)
+            out.append(decode(y[0].tolist()))
+    return out
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out_dir", default="out", help="the run to sample from (its latest checkpoint)")
+    parser.add_argument("--init_from", default="resume", help="'resume' (out_dir), a GPT-2 name, or a Hugging Face directory")
+    parser.add_argument("--start", default="\n", help="the prompt, or FILE:path to read it from a file")
+    parser.add_argument("--num_samples", type=int, default=1)
+    parser.add_argument("--max_new_tokens", type=int, default=300)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy; below 1: more conservative")
+    parser.add_argument("--top_k", type=int, default=200, help="sample among the k most likely tokens")
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--device", default="auto", help="'cpu', 'cuda', 'mps', or 'auto'")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        samples = sample(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for text in samples:
+        print(text)
+        print("---------------")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
