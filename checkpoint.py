@@ -182,9 +182,12 @@ def load_model_weights(state: dict, model: torch.nn.Module) -> None:
 
 
 def check_shape(state: dict, config: dict, path: str = "the checkpoint") -> None:
-    """Refuse a checkpoint whose model shape differs from the config, naming the field."""
-    for key in MODEL_SHAPE:
-        theirs, ours = state["model_args"][key], config[key]
+    """Refuse a checkpoint whose model differs from the config's, naming the field."""
+    shape = {"model": state.get("model_type", "gpt2"), **state["model_args"]}
+    for key in ("model", *MODEL_SHAPE):
+        if key not in shape:  # (Llama has no bias setting)
+            continue
+        theirs, ours = shape[key], config[key]
         if theirs != ours:
             raise UserError(f"{path} has {key}={theirs} but the config says {key}={ours}; "
                             f"resume with --{key}={theirs}, or start a new run in another out_dir")

@@ -47,11 +47,13 @@ class TrainConfig:
     batch_size: int = 16  # sequences per micro-step per rank
     block_size: int = 128  # tokens per sequence
     # model
+    model: str = "gpt2"  # 'gpt2' (model.py) or 'llama' (model_llama.py: RMSNorm, rotary, SwiGLU, no biases)
     n_layer: int = 4  # transformer blocks
     n_head: int = 4  # attention heads per block
     n_embd: int = 128  # width of the residual stream
     dropout: float = 0.0  # 0 for pretraining; try 0.1+ for fine-tuning
-    bias: bool = False  # biases in Linear and LayerNorm layers (GPT-2 has them)
+    bias: bool = False  # biases in Linear and LayerNorm layers (GPT-2 has them; Llama has none)
+    activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
     # optimizer
     optimizer: str = "adams"  # a name from optim.OPTIMIZERS
     learning_rate: float = 1e-3  # peak; AdamS at 2K-token batches needs ~1/3 of AdamW's (results/README.md)
@@ -64,8 +66,9 @@ class TrainConfig:
     implementation: str = "auto"  # 'auto', 'loop', 'foreach' or 'fused' where the optimizer has them
     grad_clip: float = 1.0  # clip the gradient's global norm to this; 0 disables
     max_consecutive_skips: int = 10  # a NaN/Inf loss or gradient skips the step; stop after this many in a row (0: at the first)
-    # learning rate schedule: linear warmup, then cosine to min_lr
+    # learning rate schedule: linear warmup, then cosine (or linear) decay to min_lr
     decay_lr: bool = True  # False keeps learning_rate constant
+    decay_shape: str = "cosine"  # 'cosine' (GPT-2 runs) or 'linear' (the paper's Llama runs)
     warmup_iters: int = 100  # linear warmup from ~0 to learning_rate
     lr_decay_iters: int = 1200  # ~ max_iters, per Chinchilla
     min_lr: float = 1e-4  # ~ learning_rate / 10, per Chinchilla and the AdamS paper
@@ -80,6 +83,8 @@ class TrainConfig:
 
 CHOICES = {
     "optimizer": None,  # filled from the registry in check()
+    "model": ("gpt2", "llama"),
+    "decay_shape": ("cosine", "linear"),
     "implementation": ("auto", "loop", "foreach", "fused"),
     "backend": ("auto", "nccl", "gloo"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
@@ -185,6 +190,8 @@ def check(cfg: TrainConfig, world_size: int = 1) -> None:
             raise UserError(f"{key} must be in [0, 1), got {getattr(cfg, key)}")
     if not 0 <= cfg.dropout < 1:
         raise UserError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.model == "llama" and cfg.bias:
+        raise UserError("model='llama' has no biases; drop --bias=True")
     if cfg.n_embd % cfg.n_head:
         raise UserError(f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}; pick n_embd a multiple of n_head")
     if cfg.decay_lr and cfg.warmup_iters > cfg.lr_decay_iters:

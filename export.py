@@ -35,7 +35,7 @@ import torch
 
 import checkpoint
 from errors import UserError
-from model import GPT, GPTConfig
+from model import GPT, LanguageModel, architecture
 
 GPT2_VOCAB = 50257
 GPT2_FILES = {  # tiktoken's sources for GPT-2's BPE, and the name each has in a Hugging Face directory
@@ -46,9 +46,9 @@ GPT2_FILES = {  # tiktoken's sources for GPT-2's BPE, and the name each has in a
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
-def load_gpt(source: str | Path) -> tuple[GPT, dict]:
-    """Our GPT from an out_dir (its latest checkpoint) or a checkpoint path, either layout, and
-    the checkpoint's metadata."""
+def load_model(source: str | Path) -> tuple[LanguageModel, dict]:
+    """Our model (GPT-2 or Llama) from an out_dir (its latest checkpoint) or a checkpoint path,
+    either layout, and the checkpoint's metadata."""
     source = Path(source)
     if source.is_dir() and not source.name.endswith(".dcp"):
         state = checkpoint.load(source)
@@ -56,7 +56,8 @@ def load_gpt(source: str | Path) -> tuple[GPT, dict]:
         state = checkpoint.load_file(source)
     else:
         raise UserError(f"{source} is neither a run's out_dir nor a checkpoint; pass the out_dir train.py wrote")
-    model = GPT(GPTConfig(**state["model_args"]))
+    model_cls, config_cls = architecture(state.get("model_type", "gpt2"))
+    model = model_cls(config_cls(**state["model_args"]))
     checkpoint.load_model_weights(state, model)
     return model.eval(), state
 
@@ -142,7 +143,9 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
     hf_dir = Path(hf_dir)
     if hf_dir.exists() and (not hf_dir.is_dir() or any(hf_dir.iterdir())) and not overwrite:
         raise UserError(f"{hf_dir} exists and is not empty; choose another folder or pass --overwrite")
-    model, state = load_gpt(source)
+    model, state = load_model(source)
+    if not isinstance(model, GPT):
+        raise UserError(f"{source} holds a {state['model_type']} model; export.py writes GPT-2 directories only")
     vocab = data_vocab(state)
     hf_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{hf_dir.name}.", dir=hf_dir.parent))

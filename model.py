@@ -1,4 +1,5 @@
 """GPT-2 in one file: the architecture, its initialisation, loading Hugging Face weights, sampling.
+(Llama 2, the paper's other architecture, is model_llama.py, built on the same LanguageModel base.)
 
 Parameter names follow GPT-2's (wte, wpe, h.N.attn.c_attn, c_proj, mlp.c_fc, ln_f, lm_head) so a
 checkpoint maps onto Hugging Face's GPT-2 one to one. Linear layers are ``nn.Linear`` (weights
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 from torch.nn import functional as F
 
 
@@ -33,6 +35,74 @@ SIZES = {
     "large": dict(n_layer=36, n_head=20, n_embd=1280),  # 774M
     "xl": dict(n_layer=48, n_head=25, n_embd=1600),  # 1558M
 }
+
+
+def architecture(model_type: str) -> tuple[type, type]:
+    """The model class and its config class for a ``model_type``: 'gpt2' (this file) or 'llama'
+    (model_llama.py)."""
+    if model_type == "llama":
+        from model_llama import Llama, LlamaConfig
+
+        return Llama, LlamaConfig
+    if model_type == "gpt2":
+        return GPT, GPTConfig
+    raise ValueError(f"unknown model type '{model_type}'; choose 'gpt2' or 'llama'")
+
+
+def hf_model_type(name_or_path: str) -> str:
+    """'llama' for a local Hugging Face Llama directory, else 'gpt2' (GPT-2 names and directories)."""
+    import json
+    from pathlib import Path
+
+    config = Path(name_or_path) / "config.json"
+    return "llama" if config.is_file() and json.loads(config.read_text()).get("model_type") == "llama" else "gpt2"
+
+
+class LanguageModel(nn.Module):
+    """What GPT and Llama (model_llama.py) share: sampling, the MFU estimate, and activation
+    checkpointing. A subclass has ``config`` (block_size, n_layer, n_embd), ``blocks`` (its
+    transformer blocks, which FSDP shards one by one) and ``num_params()``."""
+
+    checkpointing = False  # recompute each block's activations in the backward pass instead of keeping them
+
+    def run_blocks(self, x, *args):
+        """x through every block, each checkpointed if ``checkpointing``."""
+        for block in self.blocks:
+            if self.checkpointing and self.training:
+                x = torch.utils.checkpoint.checkpoint(block, x, *args, use_reentrant=False)
+            else:
+                x = block(x, *args)
+        return x
+
+    def estimate_mfu(self, tokens_per_second: float, peak_flops: float) -> float:
+        """Model FLOPs utilisation: achieved / peak, with PaLM's 6N + 12·L·H·Q·T FLOPs per token
+        (Chowdhery et al., 2022, appendix B)."""
+        cfg = self.config
+        flops_per_token = 6 * self.num_params() + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+        return flops_per_token * tokens_per_second / peak_flops
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None,
+                 vocab_size: int | None = None):
+        """Sample ``max_new_tokens`` tokens after ``idx`` (B, T); returns (B, T + max_new_tokens).
+
+        ``temperature=0`` picks the most likely token every time (greedy). ``vocab_size`` leaves
+        out the padding of a padded vocabulary (ids at or above it are never sampled).
+        """
+        for _ in range(max_new_tokens):
+            context = idx[:, -self.config.block_size :]
+            logits, _ = self(context)
+            logits = logits[:, -1, :vocab_size].float()
+            if temperature == 0:
+                next_token = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("inf")
+                next_token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
+            idx = torch.cat((idx, next_token), dim=1)
+        return idx
 
 
 class CausalSelfAttention(nn.Module):
@@ -82,7 +152,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class GPT(LanguageModel):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
@@ -110,6 +180,10 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    @property
+    def blocks(self) -> nn.ModuleList:
+        return self.transformer.h
+
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count; by default without position embeddings (token embeddings are tied
         to the output head, so they count as the head's weights)."""
@@ -122,9 +196,7 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of length {T} is longer than block_size {self.config.block_size}")
         pos = torch.arange(T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
-        for block in self.transformer.h:
-            x = block(x)
-        x = self.transformer.ln_f(x)
+        x = self.transformer.ln_f(self.run_blocks(x))
         if targets is None:
             return self.lm_head(x[:, [-1], :]), None  # only the last position is needed to sample
         logits = self.lm_head(x)  # (B, T, vocab)
@@ -136,36 +208,6 @@ class GPT(nn.Module):
         assert block_size <= self.config.block_size
         self.config.block_size = block_size
         self.transformer.wpe.weight = nn.Parameter(self.transformer.wpe.weight[:block_size])
-
-    def estimate_mfu(self, tokens_per_second: float, peak_flops: float) -> float:
-        """Model FLOPs utilisation: achieved / peak, with PaLM's 6N + 12·L·H·Q·T FLOPs per token
-        (Chowdhery et al., 2022, appendix B)."""
-        cfg = self.config
-        flops_per_token = 6 * self.num_params() + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
-        return flops_per_token * tokens_per_second / peak_flops
-
-    @torch.no_grad()
-    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None,
-                 vocab_size: int | None = None):
-        """Sample ``max_new_tokens`` tokens after ``idx`` (B, T); returns (B, T + max_new_tokens).
-
-        ``temperature=0`` picks the most likely token every time (greedy). ``vocab_size`` leaves
-        out the padding of a padded vocabulary (ids at or above it are never sampled).
-        """
-        for _ in range(max_new_tokens):
-            context = idx[:, -self.config.block_size :]
-            logits, _ = self(context)
-            logits = logits[:, -1, :vocab_size].float()
-            if temperature == 0:
-                next_token = logits.argmax(dim=-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                    logits[logits < v[:, [-1]]] = -float("inf")
-                next_token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)
-            idx = torch.cat((idx, next_token), dim=1)
-        return idx
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, dropout: float = 0.0) -> GPT:

@@ -23,7 +23,7 @@ import checkpoint
 import export
 from distributed import resolve_device
 from errors import UserError
-from model import GPT
+from model import LanguageModel, architecture, hf_model_type
 
 
 def encoder_for(vocab: int, hf_dir: Path | None):
@@ -48,16 +48,16 @@ def encoder_for(vocab: int, hf_dir: Path | None):
                     "and pass its folder as --init_from")
 
 
-def load(args) -> tuple[GPT, int, Path | None]:
+def load(args) -> tuple[LanguageModel, int, Path | None]:
     """The model, the vocabulary its data used, and the HF directory it came from (if one)."""
     if args.init_from == "resume":
         if checkpoint.latest(args.out_dir) is None:
             raise UserError(f"no checkpoint in {Path(args.out_dir) / checkpoint.FOLDER}; train first "
                             "(python train.py --out_dir=...), or pass --init_from=gpt2 or a Hugging Face directory")
-        model, state = export.load_gpt(args.out_dir)
+        model, state = export.load_model(args.out_dir)
         return model, export.data_vocab(state), None
     try:
-        model = GPT.from_pretrained(args.init_from)
+        model = architecture(hf_model_type(args.init_from))[0].from_pretrained(args.init_from)
     except OSError as e:
         raise UserError(f"init_from='{args.init_from}' is neither 'resume' nor a GPT-2 name or Hugging Face directory "
                         f"that can be loaded here ({type(e).__name__})") from e

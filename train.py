@@ -27,7 +27,7 @@ import distributed
 import metrics
 from configurator import TrainConfig
 from errors import UserError
-from model import GPT, GPTConfig
+from model import LanguageModel, architecture, hf_model_type
 from optim import build_optimizer, hyperparameters
 
 # Dense bf16/fp16 tensor-core peak FLOP/s, from the vendors' data sheets, for the MFU estimate.
@@ -35,7 +35,7 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10
 
 
 def get_lr(it: int, cfg: TrainConfig) -> float:
-    """Linear warmup to learning_rate, then cosine decay to min_lr at lr_decay_iters."""
+    """Linear warmup to learning_rate, then cosine (or linear) decay to min_lr at lr_decay_iters."""
     if not cfg.decay_lr:
         return cfg.learning_rate
     if it < cfg.warmup_iters:
@@ -43,34 +43,41 @@ def get_lr(it: int, cfg: TrainConfig) -> float:
     if it >= cfg.lr_decay_iters:
         return cfg.min_lr
     progress = (it - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+    remaining = 1.0 - progress if cfg.decay_shape == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.min_lr + remaining * (cfg.learning_rate - cfg.min_lr)
 
 
-def build_model(cfg: TrainConfig, data_vocab: int, resume: dict | None) -> GPT:
-    """A new GPT, the one a checkpoint holds (weights loaded later, once it is wrapped), or
-    Hugging Face GPT-2 weights. The last two decide the architecture; the config must agree."""
+def build_model(cfg: TrainConfig, data_vocab: int, resume: dict | None) -> LanguageModel:
+    """A new model, the one a checkpoint holds (weights loaded later, once it is wrapped), or
+    Hugging Face GPT-2 or Llama weights. The last two decide the architecture; the config must agree."""
     if resume is not None:
         if resume["model_source"] == "scratch":
             checkpoint.check_shape(resume, configurator.as_dict(cfg), f"the checkpoint in {cfg.out_dir}")
-        model = GPT(GPTConfig(**resume["model_args"]))
+        model_cls, config_cls = architecture(resume.get("model_type", "gpt2"))
+        model = model_cls(config_cls(**resume["model_args"]))
     elif cfg.init_from in ("scratch", "auto"):  # auto with no checkpoint yet starts from scratch
-        return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=dataset.model_vocab(data_vocab), n_layer=cfg.n_layer,
-                             n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias))
+        model_cls, config_cls = architecture(cfg.model)
+        shape = dict(block_size=cfg.block_size, vocab_size=dataset.model_vocab(data_vocab), n_layer=cfg.n_layer,
+                     n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout)
+        model = model_cls(config_cls(**shape, **({"bias": cfg.bias} if cfg.model == "gpt2" else {})))
     else:
+        cfg.model = hf_model_type(cfg.init_from)
         try:
-            model = GPT.from_pretrained(cfg.init_from, dropout=cfg.dropout)
+            model = architecture(cfg.model)[0].from_pretrained(cfg.init_from, dropout=cfg.dropout)
         except OSError as e:
             raise UserError(f"init_from='{cfg.init_from}' is neither 'scratch', 'resume', nor a GPT-2 name or local "
                             f"Hugging Face directory that can be loaded here ({e.__class__.__name__})") from e
         if cfg.block_size < model.config.block_size:
             model.crop_block_size(cfg.block_size)
         for key in ("n_layer", "n_head", "n_embd", "bias"):
-            setattr(cfg, key, getattr(model.config, key))  # the checkpoint decides the architecture
+            if hasattr(model.config, key):
+                setattr(cfg, key, getattr(model.config, key))  # the checkpoint decides the architecture
     if data_vocab > model.config.vocab_size:
         raise UserError(f"the dataset's vocabulary ({data_vocab}) is larger than the model's "
                         f"({model.config.vocab_size}); this checkpoint cannot read this data")
     if cfg.block_size > model.config.block_size:
         raise UserError(f"block_size={cfg.block_size} is longer than the checkpoint's {model.config.block_size}")
+    model.checkpointing = cfg.activation_checkpointing
     return model
 
 
@@ -111,7 +118,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     dtype = cfg.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    model, autocast = distributed.parallelize(raw_model, raw_model.transformer.h, dist_, getattr(torch, dtype),
+    model, autocast = distributed.parallelize(raw_model, raw_model.blocks, dist_, getattr(torch, dtype),
                                               fsdp=cfg.fsdp, compile=cfg.compile)
     optimizer = build_optimizer(cfg.optimizer, raw_model, implementation=cfg.implementation,
                                 **optimizer_kwargs(cfg, announce=main_rank))
@@ -123,9 +130,9 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
         log.truncate(progress.iter)
         if main_rank:
             print(f"resuming from iteration {progress.iter} ({checkpoint.latest(out_dir)})")
-    meta = dict(config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(),
-                data_vocab=data["vocab_size"], model_source=resume["model_source"] if resume else ("scratch" if cfg.init_from in ("scratch", "auto")
-                                                                    else cfg.init_from))
+    source = resume["model_source"] if resume else "scratch" if cfg.init_from in ("scratch", "auto") else cfg.init_from
+    meta = dict(config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(), data_vocab=data["vocab_size"],
+                model_type=resume.get("model_type", "gpt2") if resume else cfg.model, model_source=source)
     resume = None  # free it
 
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
@@ -245,7 +252,7 @@ def evaluate(model, batch, eval_iters: int, dist_: distributed.Dist, autocast) -
     return out
 
 
-def describe(cfg: TrainConfig, config: dict, model: GPT, dist_: distributed.Dist, dtype: str, out_dir: Path) -> None:
+def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distributed.Dist, dtype: str, out_dir: Path) -> None:
     """Print the config and what follows from it, and write both to out_dir/config.json."""
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
@@ -271,7 +278,7 @@ def start_wandb(cfg: TrainConfig):
     return wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=configurator.as_dict(cfg))
 
 
-def sample(model: GPT, device: torch.device, seed: int, vocab_size: int, length: int = 300) -> str:
+def sample(model: LanguageModel, device: torch.device, seed: int, vocab_size: int, length: int = 300) -> str:
     """A sample of ``length`` tokens after a newline, to see what the model learned."""
     prompt = torch.tensor([[10]], device=device)
     out = model.eval().generate(prompt, length, temperature=0.8, top_k=50,

@@ -79,3 +79,56 @@ def cpu_repro(optimizer: str) -> dict:
         eval_interval=50, eval_iters=20,  # the same 20 x 16 validation windows at every evaluation, for every run
         log_interval=10, device="cpu", dtype="float32",
     )
+
+
+# Llama 2 (Touvron et al., 2023): AdamW beta (0.9, 0.95), eps 1e-5, weight decay 0.1, clip 1.0, peak lr 3e-4
+# for 7B and 13B, warmup 2000, the lr decaying to 10% of the peak. The AdamS paper keeps these and
+# decays linearly (Section 4.2). Its runs: 7B with 1,024 sequences of 4,096 tokens (4M tokens) per
+# step for 8K steps; 13B (appendix) with 2 x 8 sequences of 2,048 tokens, warmup 100, 30K steps.
+LLAMA2_RUNS = {
+    # n_layer, n_head, n_embd; context; micro-batch per GPU x micro-steps x 8 GPUs; steps, warmup
+    "7b": dict(n_layer=32, n_head=32, n_embd=4096, block_size=4096, batch_size=4, micro_steps=32, max_iters=8000,
+               warmup_iters=2000),  # 4 x 32 x 8 = 1,024 sequences x 4,096 = 4,194,304 tokens per step
+    "13b": dict(n_layer=40, n_head=40, n_embd=5120, block_size=2048, batch_size=2, micro_steps=1, max_iters=30000,
+                warmup_iters=100),  # 2 x 1 x 8 = 16 sequences x 2,048 = 32,768 tokens per step
+}
+LLAMA2_PARAMS = {"7b": 6_738_415_616, "13b": 13_015_864_320}
+
+
+def llama2_memory_gib(size: str, optimizer: str, gpus: int = 8) -> dict[str, float]:
+    """An estimate (not a measurement) of one GPU's memory in an FSDP2 bf16 run with activation
+    checkpointing, in GiB. Sharded over ``gpus``: fp32 parameters and gradients (4 + 4 bytes per
+    parameter) and the optimizer state (8 bytes for AdamW, 4 for AdamS, Lion and Adam-mini; the
+    latter two as measured by scripts/fsdp_state_bytes.py --device meta). Not sharded: two blocks
+    gathered in bf16, each block's input kept for the backward pass, one block's activations
+    recomputed (~34 values per token and width, as Korthikanti et al. (2022) count without
+    attention scores: flash attention keeps none), and the logits (fp32, with their gradient)."""
+    run, n = LLAMA2_RUNS[size], LLAMA2_PARAMS[size]
+    tokens, width = run["batch_size"] * run["block_size"], run["n_embd"]
+    state = 8 if optimizer == "adamw" else 4
+    gib = 2**30
+    parts = dict(
+        sharded=(4 + 4 + state) * n / gpus / gib,
+        gathered=2 * 2 * n / run["n_layer"] / gib,
+        activations=(run["n_layer"] * tokens * width * 2 + 34 * tokens * width) / gib,
+        logits=3 * 4 * tokens * 32000 / gib,
+    )
+    return dict(parts, total=sum(parts.values()))
+
+
+def llama2_paper(size: str, optimizer: str) -> dict:
+    """The paper's Llama 2 run on C4 (Section 4.2; 13B: its appendix), on one node of 8 GPUs: FSDP2,
+    bf16, activation checkpointing, torch.compile. The data must be C4 tokenised with Llama 2's
+    tokenizer (python -m data.c4.prepare --tokenizer .../tokenizer.model): its vocabulary is 32,000."""
+    run = dict(LLAMA2_RUNS[size])
+    micro_steps, iters = run.pop("micro_steps"), run["max_iters"]
+    name = f"train_llama2_{size}_{optimizer}"
+    settings = optimizer_settings(optimizer, 3e-4)
+    if optimizer in ("adamw", "adams", "adam_mini"):
+        settings["eps"] = 1e-5  # Llama 2's
+    return dict(
+        out_dir=f"out/{name}", wandb_run_name=name, dataset="c4", model="llama", bias=False, dropout=0.0, **run,
+        gradient_accumulation_steps=micro_steps * 8, **settings, grad_clip=1.0, lr_decay_iters=iters,
+        decay_shape="linear", eval_interval=200, eval_iters=40, log_interval=10,
+        dtype="bfloat16", fsdp=True, activation_checkpointing=True, compile=True,
+    )

@@ -1,11 +1,15 @@
-"""Optimizer-state bytes per rank under FSDP2, AdamW against AdamS (and the others), measured.
+"""Parameter and optimizer-state bytes per rank under FSDP2, AdamW against AdamS (and the others), measured.
 
     torchrun --standalone --nproc_per_node=2 -m scripts.fsdp_state_bytes --size small
     torchrun --standalone --nproc_per_node=8 -m scripts.fsdp_state_bytes --size xl --device cuda
+    torchrun --standalone --nproc_per_node=8 -m scripts.fsdp_state_bytes --size 7b --device meta   # Llama 2, no memory
 
-Builds GPT-2 at ``--size``, shards it with fully_shard as train.py does, gives every parameter a
-gradient, takes one step with each optimizer, and counts the bytes of each rank's local shards of
-the optimizer state (scalar step counters left out). Prints a table and, with --json, writes it.
+Builds GPT-2 (or Llama 2, for --size 7b / 13b) at ``--size``, shards it with fully_shard as
+train.py does, gives every parameter a gradient, takes one step with each optimizer, and counts
+the bytes of each rank's local shards of the parameters and of the optimizer state (scalar step
+counters left out). ``--device meta`` does all of it on meta tensors: shapes and dtypes without
+memory, so 8 ranks of a 13B model fit on a laptop; Adam-mini, whose step exchanges real row
+statistics between ranks, cannot run there and is left out. Prints a table; --json writes it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from model import GPT, SIZES, GPTConfig
+from model_llama import SIZES as LLAMA_SIZES
+from model_llama import Llama, LlamaConfig
 from optim import build_optimizer
 
 
@@ -36,7 +42,7 @@ def local_state_bytes(optimizer) -> int:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="small", choices=list(SIZES) + ["tiny"])
+    parser.add_argument("--size", default="small", choices=list(SIZES) + list(LLAMA_SIZES) + ["tiny"])
     parser.add_argument("--optimizers", nargs="+", default=["adamw", "adams", "lion", "adam_mini"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", type=Path)
@@ -44,14 +50,20 @@ def main(argv=None):
 
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(args.device, rank % torch.cuda.device_count()) if args.device == "cuda" else torch.device("cpu")
-    mesh = init_device_mesh(device.type, (world,))
-    dims = dict(n_layer=2, n_head=2, n_embd=64) if args.size == "tiny" else SIZES[args.size]
+    device = torch.device(args.device, rank % torch.cuda.device_count()) if args.device == "cuda" else torch.device(args.device)
+    mesh = init_device_mesh("cuda" if args.device == "cuda" else "cpu", (world,))
+    if args.device == "meta":
+        args.optimizers = [o for o in args.optimizers if o != "adam_mini"]
     rows = []
     for name in args.optimizers:
         torch.manual_seed(0)
-        model = GPT(GPTConfig(vocab_size=50304, **dims)).to(device)
-        for block in model.transformer.h:
+        with torch.device(device):
+            if args.size in LLAMA_SIZES:
+                model = Llama(LlamaConfig(**LLAMA_SIZES[args.size]))  # Llama 2's 32,000-token vocabulary
+            else:
+                dims = dict(n_layer=2, n_head=2, n_embd=64) if args.size == "tiny" else SIZES[args.size]
+                model = GPT(GPTConfig(vocab_size=50304, **dims))
+        for block in model.blocks:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         n_local = sum(p.to_local().numel() for p in model.parameters())
@@ -67,11 +79,14 @@ def main(argv=None):
         rows.append(dict(optimizer=name, state_bytes_per_rank=per_rank, params_per_rank=[int(g[1]) for g in gathered]))
         del model, optimizer
     if rank == 0:
-        print(f"GPT-2 {args.size}, FSDP2 over {world} ranks ({args.device}): optimizer-state bytes on each rank")
+        arch = "Llama 2" if args.size in LLAMA_SIZES else "GPT-2"
+        print(f"{arch} {args.size}, FSDP2 over {world} ranks ({args.device}): fp32 parameters "
+              f"{rows[0]['params_per_rank'][0] * 4 / 2**30:.2f} GiB and optimizer state on each rank")
         base = rows[0]["state_bytes_per_rank"][0] if rows[0]["optimizer"] == "adamw" else None
         for r in rows:
             ratio = f" ({r['state_bytes_per_rank'][0] / base:.3f}x adamw)" if base else ""
-            print(f"  {r['optimizer']:10} {', '.join(f'{b / 2**20:.1f} MiB' for b in r['state_bytes_per_rank'])}{ratio}")
+            print(f"  {r['optimizer']:10} {', '.join(f'{b / 2**20:.1f} MiB' for b in sorted(set(r['state_bytes_per_rank'])))}"
+                  f"{ratio}")
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(dict(size=args.size, world_size=world, device=args.device, rows=rows), indent=2))

@@ -40,7 +40,7 @@ import torch
 
 import checkpoint
 import dataset
-from model import GPT, GPTConfig
+from model import LanguageModel, architecture
 
 PAPER_BATCH = 491_520  # tokens per step in the paper's GPT-2 runs (480 x 1024)
 ALL = "all"
@@ -140,13 +140,14 @@ def adamw_and_adams_updates(grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_s
 # --- reading a run -----------------------------------------------------------------------------------
 
 
-def load_checkpoint_model(state: dict, device: torch.device) -> GPT:
-    model = GPT(GPTConfig(**state["model_args"])).to(device)
-    model.load_state_dict(checkpoint.clean_state_dict(state["model"]))
-    return model
+def load_checkpoint_model(state: dict, device: torch.device) -> LanguageModel:
+    model_cls, config_cls = architecture(state.get("model_type", "gpt2"))
+    model = model_cls(config_cls(**state["model_args"]))
+    checkpoint.load_model_weights(state, model)
+    return model.to(device)
 
 
-def micro_batch_gradients(model: GPT, tokens, cfg: dict, stream: int, it: int, indices, vocab: int,
+def micro_batch_gradients(model: LanguageModel, tokens, cfg: dict, stream: int, it: int, indices, vocab: int,
                           device: torch.device):
     """Yields the gradient of each micro-batch (the mean loss over its tokens), name -> tensor."""
     model.train()
@@ -159,7 +160,7 @@ def micro_batch_gradients(model: GPT, tokens, cfg: dict, stream: int, it: int, i
         yield {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
-def next_step_gradient(model: GPT, tokens, cfg: dict, it: int, vocab: int, device: torch.device) -> dict:
+def next_step_gradient(model: LanguageModel, tokens, cfg: dict, it: int, vocab: int, device: torch.device) -> dict:
     """The gradient the run used at iteration ``it``: its micro-batches averaged, then clipped."""
     total = None
     steps = cfg["gradient_accumulation_steps"]

@@ -60,6 +60,16 @@ def test_fsdp_two_processes_match_one_process(name, data_dir, tmp_path):
     assert_close_losses(single.out_dir, sharded.out_dir)
 
 
+@pytest.mark.parametrize("name", ["adam_mini", pytest.param("adams", marks=pytest.mark.slow)])
+def test_fsdp_two_processes_match_one_process_llama(name, data_dir, tmp_path):
+    # the Llama blocks are sharded one by one as GPT-2's are; Adam-mini's q/k heads cut across ranks
+    single = run_config(data_dir, tmp_path / "single", name, model="llama")
+    train.main(single)
+    sharded = run_config(data_dir, tmp_path / "fsdp", name, model="llama", fsdp=True)
+    torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(sharded))
+    assert_close_losses(single.out_dir, sharded.out_dir)
+
+
 def test_sharded_checkpoint_resumes_in_one_process_and_the_reverse(data_dir, tmp_path):
     whole = run_config(data_dir, tmp_path / "whole", "adam_mini", max_iters=8)
     train.main(whole)

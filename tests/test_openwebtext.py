@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from data import text
 from data.openwebtext import prepare as owt
 from tokens import read_tokens
 
@@ -68,14 +69,14 @@ def test_local_files_round_trip_with_nanogpts_split(inputs, tmp_path):
 def test_interrupted_run_leaves_no_complete_looking_output(inputs, tmp_path, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
-    real = owt.write_split
+    real = text.write_split
 
     def fail_on_train(dataset, path, vocab, shards=64):
         if path.name == "train.bin":
             raise KeyboardInterrupt
         return real(dataset, path, vocab, shards)
 
-    monkeypatch.setattr(owt, "write_split", fail_on_train)
+    monkeypatch.setattr(text, "write_split", fail_on_train)
     with pytest.raises(KeyboardInterrupt):
         owt.prepare(owt.load_local(inputs), out, tiny_encoding(), test_size=0.25)
     assert not (out / "train.bin").exists() and not (out / "val.bin").exists()

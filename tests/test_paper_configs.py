@@ -48,6 +48,7 @@ def test_paper_config(size, opt, iters):
 
 def test_every_config_file_is_in_the_table_or_a_cpu_reproduction():
     listed = {config_path(*e).name for e in EXPERIMENTS}
+    listed |= {f"train_llama2_{size}_{opt}.py" for size in LLAMA2 for opt in LLAMA2_OPTIMIZERS}
     assert {p.name for p in (REPO / "config").glob("train_*.py")} == listed
     assert {p.name for p in (REPO / "config").glob("*.py")} - listed == {"__init__.py", "recipes.py"}
     for path in (REPO / "config" / "repro").glob("*.py"):
@@ -66,3 +67,31 @@ def test_repro_configs_still_give_the_committed_runs(optimizer):
     assert {k: v for k, v in then.items() if k not in removed} == {k: v for k, v in now.items() if k in then}
     defaults = configurator.as_dict(configurator.TrainConfig())
     assert all(now[k] == defaults[k] for k in set(now) - set(then))  # settings added since, at their defaults
+
+
+# Llama 2 (Touvron et al., 2023) and the AdamS paper's runs, typed from the papers:
+# n_layer, n_head, n_embd, context, sequences per step, steps, warmup
+LLAMA2 = {"7b": (32, 32, 4096, 4096, 1024, 8000, 2000), "13b": (40, 40, 5120, 2048, 16, 30000, 100)}
+LLAMA2_OPTIMIZERS = ("adamw", "adams", "adam_mini", "lion")
+
+
+@pytest.mark.parametrize("size", LLAMA2)
+@pytest.mark.parametrize("opt", LLAMA2_OPTIMIZERS)
+def test_llama2_config(size, opt):
+    path = REPO / "config" / f"train_llama2_{size}_{opt}.py"
+    cfg = configurator.load([str(path)])
+    configurator.check(cfg, world_size=8)
+    n_layer, n_head, n_embd, context, sequences, steps, warmup = LLAMA2[size]
+    lr_mult, wd, betas = OPTIMIZERS[opt]
+    assert (cfg.model, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size) == ("llama", n_layer, n_head, n_embd, context)
+    assert cfg.batch_size * cfg.gradient_accumulation_steps == sequences  # accumulation counts all 8 GPUs' micro-steps
+    assert cfg.gradient_accumulation_steps % 8 == 0
+    assert cfg.learning_rate == pytest.approx(lr_mult * 3e-4) and cfg.min_lr == pytest.approx(0.1 * cfg.learning_rate)
+    assert (cfg.weight_decay, (cfg.beta1, cfg.beta2)) == (wd, betas)
+    assert (cfg.max_iters, cfg.lr_decay_iters, cfg.warmup_iters, cfg.decay_shape) == (steps, steps, warmup, "linear")
+    assert (cfg.grad_clip, cfg.dtype, cfg.fsdp, cfg.activation_checkpointing) == (1.0, "bfloat16", True, True)
+    if opt != "lion":
+        assert cfg.eps == 1e-5
+    from config.recipes import llama2_memory_gib
+
+    assert f"{llama2_memory_gib(size, opt)['total']:.0f} GiB of 80" in path.read_text()  # the docstring's estimate

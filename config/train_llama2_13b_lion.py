@@ -1,0 +1,11 @@
+"""Llama 2 13B on C4 with Lion (0.1x lr, 10x weight decay, beta (0.95, 0.98)): the AdamS paper's the appendix.
+
+2 sequences per GPU x 1 micro-steps x 8 GPUs = 16 sequences x 2,048 tokens = 32,768 tokens per step;
+30,000 steps. Memory per GPU, estimated (config/recipes.py): 23 GiB of 80.
+
+    torchrun --standalone --nproc_per_node=8 train.py config/train_llama2_13b_lion.py
+"""
+
+from config.recipes import llama2_paper
+
+globals().update(llama2_paper("13b", "lion"))

@@ -1,0 +1,135 @@
+"""Text documents to token files: what every dataset's prepare module shares.
+
+A tokenizer is named by a string, so that worker processes can load it themselves:
+
+- ``tiktoken:NAME`` (``tiktoken:gpt2`` for GPT-2's BPE), or a tiktoken ``Encoding`` object;
+- the path of a sentencepiece ``tokenizer.model`` (Llama 2's);
+- the path of a Hugging Face tokenizer directory (one with ``tokenizer.json`` or ``tokenizer_config.json``).
+
+Each document becomes its tokens followed by the tokenizer's end-of-text (end-of-sequence) token.
+Both splits are written to a temporary folder and moved into place only when both are complete,
+so an interrupted run leaves no complete-looking output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tokens import TokenWriter
+
+
+@dataclass
+class Tokenizer:
+    """The three things a token file needs from a tokenizer."""
+
+    encode: object  # text -> list of ids, without special tokens
+    eot: int  # appended to every document
+    n_vocab: int
+
+
+_LOADED: dict = {}
+
+
+def load_tokenizer(spec) -> Tokenizer:
+    """The tokenizer ``spec`` names (cached per process), or wrap a tiktoken Encoding object."""
+    if not isinstance(spec, str):
+        return Tokenizer(spec.encode_ordinary, spec.eot_token, spec.n_vocab)
+    if spec not in _LOADED:
+        _LOADED[spec] = _load(spec)
+    return _LOADED[spec]
+
+
+def _load(spec: str) -> Tokenizer:
+    if spec.startswith("tiktoken:"):
+        import tiktoken
+
+        enc = tiktoken.get_encoding(spec.removeprefix("tiktoken:"))
+        return Tokenizer(enc.encode_ordinary, enc.eot_token, enc.n_vocab)
+    path = Path(spec)
+    if path.is_file():  # a sentencepiece model
+        import sentencepiece
+
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        if sp.eos_id() < 0:
+            raise SystemExit(f"--tokenizer {path}: the sentencepiece model has no end-of-sequence token")
+        return Tokenizer(sp.encode, sp.eos_id(), sp.get_piece_size())
+    if path.is_dir():
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(path)
+        if tok.eos_token_id is None:
+            raise SystemExit(f"--tokenizer {path}: the tokenizer has no end-of-sequence token")
+        return Tokenizer(lambda text: tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id, len(tok))
+    raise SystemExit(f"--tokenizer {spec}: neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder")
+
+
+def load_local(paths: list[Path]):
+    """One ``datasets.Dataset`` with a ``text`` column from parquet, jsonl (optionally .gz) and
+    plain-text files (one document per file)."""
+    from datasets import Dataset, concatenate_datasets
+
+    parts = []
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"--input {path}: no such file")
+        suffixes = [s.lower() for s in path.suffixes]
+        if suffixes[-1:] == [".parquet"]:
+            part = Dataset.from_parquet(str(path))
+        elif ".jsonl" in suffixes or ".json" in suffixes:
+            part = Dataset.from_json(str(path))
+        else:
+            part = Dataset.from_dict({"text": [path.read_text(encoding="utf-8", errors="replace")]})
+        if "text" not in part.column_names:
+            raise SystemExit(f"--input {path}: no 'text' field (found {part.column_names})")
+        parts.append(part.select_columns(["text"]))
+    return concatenate_datasets(parts)
+
+
+def tokenize(dataset, tokenizer, num_proc: int):
+    def encode(example):
+        tok = load_tokenizer(tokenizer)
+        ids = list(tok.encode(example["text"]))
+        ids.append(tok.eot)  # documents are separated by end-of-text
+        return {"ids": ids, "len": len(ids)}
+
+    return dataset.map(encode, remove_columns=dataset.column_names, num_proc=num_proc if num_proc > 1 else None,
+                       desc="tokenizing")
+
+
+def write_split(dataset, path: Path, vocab_size: int, shards: int = 64) -> int:
+    from tqdm import tqdm
+
+    with TokenWriter(path, vocab_size) as writer:
+        shards = max(1, min(shards, len(dataset)))
+        for i in tqdm(range(shards), desc=f"writing {path.name}"):
+            shard = dataset.shard(num_shards=shards, index=i, contiguous=True).with_format("numpy")
+            if len(shard):
+                writer.write(np.concatenate(list(shard["ids"])))
+        return writer.count
+
+
+def write_splits(splits: dict, out_dir: Path, tokenizer, num_proc: int = 1) -> dict[str, int]:
+    """Tokenise and write ``splits`` ({'train': dataset, 'val': dataset}); return the token counts."""
+    vocab_size = load_tokenizer(tokenizer).n_vocab
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / ".prepare.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    counts = {}
+    for name in ("val", "train"):
+        counts[name] = write_split(tokenize(splits[name], tokenizer, num_proc), tmp / f"{name}.bin", vocab_size)
+    for name in ("val", "train"):  # both complete: move them into place
+        os.replace(tmp / f"{name}.bin", out_dir / f"{name}.bin")
+    shutil.rmtree(tmp)
+    return counts
+
+
+def random_split(dataset, test_size: float, seed: int) -> dict:
+    """{'train', 'val'} by datasets' own train_test_split (nanoGPT's, with its seed 2357)."""
+    split = dataset.train_test_split(test_size=test_size, seed=seed, shuffle=True)
+    return {"train": split["train"], "val": split["test"]}
