@@ -13,7 +13,7 @@ from configurator import TrainConfig
 from model import GPT, GPTConfig
 from model_llama import SIZES, Llama, LlamaConfig, mlp_hidden
 from optim import OPTIMIZERS, AdamMini
-from tests.conftest import tiny_config
+from tests.conftest import per_optimizer, tiny_config
 from tests.test_train import lr_for, read_metrics
 
 transformers = pytest.importorskip("transformers")
@@ -63,7 +63,7 @@ def llama_config(data_dir, out_dir, **overrides):
     return tiny_config(data_dir, out_dir, model="llama", **overrides)
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("name", per_optimizer(OPTIMIZERS, ("adamw", "adams", "adam_mini", "lion")))
 def test_every_optimizer_trains_llama(name, data_dir, tmp_path):
     cfg = llama_config(data_dir, tmp_path / name, optimizer=name, learning_rate=lr_for(name),
                        min_lr=lr_for(name) / 10, max_iters=20, eval_interval=20)
