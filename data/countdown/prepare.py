@@ -1,0 +1,59 @@
+"""Countdown problems for post-training: a supervised warm-up corpus and the GRPO problem sets.
+
+    python -m data.countdown.prepare                 # data/countdown/{train,val}.bin, rl_train.jsonl, test.jsonl
+
+From one seeded stream of distinct problems (data/countdown/task.py), disjoint sets:
+
+- ``train.bin`` / ``val.bin``: byte-level token files of solved problems, one per line
+  (``prompt + completion``), for ``train.py`` to warm a small GPT up on (config/repro/countdown_sft.py);
+- ``rl_train.jsonl``: the problems GRPO trains on (never seen solved);
+- ``test.jsonl``: the problems every reward curve is measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from data.countdown.task import completion, generate, prompt
+from tokens import write_tokens
+
+
+def corpus(problems) -> np.ndarray:
+    return np.frombuffer("".join(prompt(p) + completion(p) for p in problems).encode("utf-8"), dtype=np.uint8)
+
+
+def write_problems(path: Path, problems) -> None:
+    path.write_text("".join(json.dumps(dict(numbers=list(p.numbers), target=p.target, solution=p.solution)) + "\n"
+                            for p in problems))
+
+
+def read_problems(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def prepare(out: Path, sft: int = 20_000, sft_val: int = 1_000, rl_train: int = 2_000, test: int = 256,
+            seed: int = 0) -> dict[str, int]:
+    problems = generate(sft + sft_val + rl_train + test, seed)
+    parts = np.split(np.array(problems, dtype=object), np.cumsum([sft, sft_val, rl_train]))
+    out.mkdir(parents=True, exist_ok=True)
+    write_tokens(out / "train.bin", corpus(parts[0]), 256)
+    write_tokens(out / "val.bin", corpus(parts[1]), 256)
+    write_problems(out / "rl_train.jsonl", parts[2])
+    write_problems(out / "test.jsonl", parts[3])
+    return {name: len(part) for name, part in zip(("sft", "sft_val", "rl_train", "test"), parts)}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--sft", type=int, default=20_000, help="solved problems to warm up on")
+    parser.add_argument("--rl-train", type=int, default=2_000, help="problems for GRPO")
+    parser.add_argument("--test", type=int, default=256, help="problems the reward curves are measured on")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    counts = prepare(args.out, sft=args.sft, rl_train=args.rl_train, test=args.test, seed=args.seed)
+    print(f"{counts} -> {args.out}")

@@ -1,0 +1,158 @@
+"""Countdown (data/countdown) and GRPO (scripts/grpo.py): the generator, TinyZero's reward on
+hand-written completions, and a 2-step GRPO run per optimizer through TRL."""
+
+import json
+from fractions import Fraction
+
+import pytest
+import torch
+
+from data.countdown import prepare as countdown_prepare
+from data.countdown.task import (
+    CORRECT_SCORE,
+    FORMAT_SCORE,
+    Problem,
+    completion,
+    evaluate,
+    extract_answer,
+    generate,
+    prompt,
+    score,
+    splits,
+)
+from tokens import read_tokens
+
+
+def test_problems_are_deterministic_distinct_and_solvable():
+    a, b = generate(300, seed=3), generate(300, seed=3)
+    assert a == b and a != generate(300, seed=4)
+    assert len({(tuple(sorted(p.numbers)), p.target) for p in a}) == 300
+    for p in a:
+        assert len(p.numbers) in (3, 4) and 1 <= p.target <= 100
+        value, used = evaluate(p.solution)
+        assert value == p.target and sorted(used) == sorted(p.numbers)  # the solution is right, by our parser
+        assert eval(p.solution) == pytest.approx(p.target)  # ...and by Python's (trusted input: our own)
+        assert score(completion(p), p.numbers, p.target) == CORRECT_SCORE
+
+
+def test_train_and_test_share_no_problem():
+    train, test = splits(500, 100, seed=0)
+    key = lambda p: (tuple(sorted(p.numbers)), p.target)  # noqa: E731
+    assert not {key(p) for p in train} & {key(p) for p in test} and len(test) == 100
+
+
+NUMBERS, TARGET = [3, 7, 25], 46  # 25 + 3 * 7
+
+
+@pytest.mark.parametrize("text, expected", [
+    (" <answer>25 + 3 * 7</answer>", CORRECT_SCORE),
+    (" <answer>(7 * 3) + 25</answer>\n", CORRECT_SCORE),  # the newline that ends a completion
+    (" thinking... <answer>25+3*7</answer>", CORRECT_SCORE),
+    (" <answer>1 + 2</answer> <answer>25 + 3 * 7</answer>", CORRECT_SCORE),  # the last answer counts
+    (" <answer>25 + 7 * 3 / 1</answer>", FORMAT_SCORE),  # 1 is not one of the numbers
+    (" <answer>25 + 3 + 7</answer>", FORMAT_SCORE),  # wrong value
+    (" <answer>25 * 3</answer>", FORMAT_SCORE),  # 7 unused: TinyZero wants every number once
+    (" <answer>25 + 3 * 7 + 3 - 3</answer>", FORMAT_SCORE),  # 3 used three times
+    (" <answer>25 + 3 * 7)</answer>", FORMAT_SCORE),  # unbalanced
+    (" <answer>25 + 3 * (7</answer>", FORMAT_SCORE),
+    (" <answer>25 / (3 - 3) * 7</answer>", FORMAT_SCORE),  # division by zero
+    (" <answer></answer>", FORMAT_SCORE),
+    (" 25 + 3 * 7", 0.0),  # no answer tags
+    (" <answer>25 + 3 * 7", 0.0),
+    (" <answer>25 + 3 * 7</answer>\nand then more", 0.0),  # TinyZero reads the last line only
+])
+def test_reward_on_hand_written_completions(text, expected):
+    assert score(text, NUMBERS, TARGET) == expected
+
+
+@pytest.mark.parametrize("answer", [
+    "__import__('os').system('echo pwned')", "25 ** 3 * 7", "2 ** 10 ** 10", "25 + 3 * 7; 1", "25 + 3 * 7 if 1 else 0",
+    "[25, 3, 7]", "25e0 + 3 * 7", "0x19 + 3 * 7", "25 + 3 * 7 " + "+ 0 " * 200, "lambda: 46", "46",
+])
+def test_adversarial_answers_are_parsed_never_executed(answer, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert score(f"<answer>{answer}</answer>", NUMBERS, TARGET) == FORMAT_SCORE
+    assert not list(tmp_path.iterdir())
+
+
+def test_exact_arithmetic():
+    assert evaluate("(1 + 2) / 3 * 3")[0] == 3 and evaluate("7 / 2")[0] == Fraction(7, 2)
+    assert evaluate("10 - 2 - 3")[0] == 5 and evaluate("8 / 4 / 2")[0] == 1  # left to right
+    assert extract_answer("x <answer> 1 + 2 </answer>") == "1 + 2"
+
+
+def test_prepare_writes_disjoint_sets(tmp_path):
+    counts = countdown_prepare.prepare(tmp_path, sft=200, sft_val=20, rl_train=30, test=10, seed=1)
+    assert counts == {"sft": 200, "sft_val": 20, "rl_train": 30, "test": 10}
+    rl = countdown_prepare.read_problems(tmp_path / "rl_train.jsonl")
+    test = countdown_prepare.read_problems(tmp_path / "test.jsonl")
+    text = bytes(read_tokens(tmp_path / "train.bin")[0].tolist()).decode()
+    assert text.count("Assistant: <answer>") == 200 and text.endswith("</answer>\n")
+    for p in rl + test:
+        assert prompt(Problem(tuple(p["numbers"]), p["target"], "")) not in text  # never seen solved
+
+
+# --- GRPO through TRL ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    pytest.importorskip("trl")
+    import transformers
+
+    import export
+
+    folder = tmp_path_factory.mktemp("policy")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=256, n_positions=96, n_embd=32, n_layer=1, n_head=2)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder / "hf")
+    export.byte_tokenizer().save_pretrained(folder / "hf")
+    countdown_prepare.prepare(folder / "data", sft=10, sft_val=2, rl_train=16, test=8, seed=0)
+    return folder
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adams", "lion"])
+def test_grpo_two_steps_with_each_optimizer(optimizer, tiny_policy, tmp_path):
+    from scripts import grpo
+
+    out = tmp_path / optimizer
+    records = grpo.main([str(tiny_policy / "hf"), "--optimizer", optimizer, "--steps", "2", "--eval-every", "1",
+                         "--prompts", "2", "--generations", "4", "--max-completion-length", "8", "--test-problems", "4",
+                         "--data", str(tiny_policy / "data"), "--out", str(out), "--lr", "1e-3"])
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert all(0 <= r["test_reward"] <= 1 for r in records)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in lines} == {"eval", "train"}
+    trained = [r for r in lines if r["kind"] == "train" and "learning_rate" in r]
+    # the trainer stepped our optimizer, at the paper's rule for its lr (Lion: 0.1x)
+    assert trained and trained[0]["learning_rate"] == pytest.approx(1e-4 if optimizer == "lion" else 1e-3)
+    assert grpo.finished(out)
+
+
+def test_grpo_optimizers_follow_the_papers_rules():
+    from optim import AdamS, Lion
+    from scripts import grpo
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    adamw, adams, lion = (grpo.build_optimizer(n, params, 1e-5) for n in ("adamw", "adams", "lion"))
+    assert type(adamw) is torch.optim.AdamW and adamw.defaults["betas"] == (0.9, 0.999)
+    assert adamw.defaults["weight_decay"] == 0.01
+    assert type(adams) is AdamS and adams.defaults["betas"] == (0.9, 0.95) and adams.defaults["lr"] == 1e-5
+    assert type(lion) is Lion and lion.defaults["betas"] == (0.95, 0.98)
+    assert lion.defaults["lr"] == pytest.approx(1e-6) and lion.defaults["weight_decay"] == pytest.approx(0.1)
+
+
+def test_grpo_compare_summarizes_mean_and_std(tiny_policy, tmp_path):
+    from scripts import grpo
+
+    for name in grpo.COMPARED:  # finished runs, as --compare leaves them
+        for seed, reward in ((1, 0.1), (2, 0.3)):
+            out = tmp_path / f"{name}_seed={seed}"
+            out.mkdir()
+            (out / "metrics.jsonl").write_text("".join(json.dumps(dict(kind="eval", step=s, test_reward=reward + s,
+                                                                        test_accuracy=0.0)) + "\n" for s in (0, 5)))
+            (out / "run.json").write_text(json.dumps(dict(done=True)))
+    rows = grpo.summarize(tmp_path, grpo.COMPARED, [1, 2])
+    row = next(r for r in rows if r["optimizer"] == "adams" and r["step"] == 5)
+    assert row["reward_mean"] == pytest.approx(5.2) and row["reward_std"] == pytest.approx(2**0.5 / 10)  # 5.1, 5.3
+    assert (tmp_path / "summary.png").exists()
