@@ -1,13 +1,16 @@
 """The shell shared by optimizers whose whole state is one momentum tensor (AdamS, Lion).
 
-Each such optimizer supplies three versions of the same update rule:
+Each such optimizer supplies the same update rule three times:
 
 - ``update``: a function over one tensor (``p, grad, exp_avg, hp``), written with plain tensor
-  ops. The for-loop implementation calls it eagerly; the fused implementation calls the very
-  same function through ``torch.compile`` over the list of a group's tensors, so inductor emits
-  one kernel per tensor that reads p, g, m once and writes p, m once (one pass over memory),
-  all launched from one call. Small tensors go through the foreach path together.
+  ops. The for-loop implementation calls it eagerly; on CUDA the fused implementation calls the
+  very same function through ``torch.compile`` over the list of a group's tensors, so inductor
+  emits one kernel per tensor that reads p, g, m once and writes p, m once (one pass over
+  memory), all launched from one call. Small tensors go through the foreach path together.
 - ``update_foreach``: the same rule with ``torch._foreach_*`` ops over lists of tensors.
+- ``cpu_kernel``: on CPU the fused implementation is a C++ kernel (optim/_cpu_kernels.cpp,
+  compiled at first use), one pass over memory with the step's scalars as plain values: the
+  compiled kernel reloads its 0-d tensor scalars at every vector on CPU, which cost ~10%.
 
 ``hp`` is a NamedTuple of the step's scalars (``AdamSStep``, ``LionStep``: lr, weight decay,
 betas, ...), read by name. The loop and foreach paths get Python floats; the fused path gets
@@ -27,6 +30,8 @@ from collections.abc import Callable
 import torch
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
+
+from . import _cpu_fused
 
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -93,6 +98,8 @@ class MomentumOnlyOptimizer(Optimizer):
 
     update: Callable
     update_foreach: Callable
+    cpu_kernel: str  # its name in optim/_cpu_kernels.cpp, called with (ps, gs, ms, *hp)
+    _compiled_on_cpu = False  # tests: take the torch.compile path on CPU too, as on CUDA
 
     def __init__(self, params, defaults: dict, foreach: bool | None, fused: bool | None):
         if fused and foreach:
@@ -146,6 +153,13 @@ class MomentumOnlyOptimizer(Optimizer):
         return loss
 
     def _step_fused(self, ps, gs, ms, hp, device):
+        if device.type == "cpu" and _cpu_fused.kernels() is not None and not self._compiled_on_cpu:
+            kernel = getattr(_cpu_fused.kernels(), self.cpu_kernel)
+            fits = [g.dtype == p.dtype and p.is_contiguous() and g.is_contiguous() for p, g in zip(ps, gs)]
+            kernel(*([t for t, ok in zip(ts, fits) if ok] for ts in (ps, gs, ms)), *hp)
+            if not all(fits):
+                self._step_foreach(*([t for t, ok in zip(ts, fits) if not ok] for ts in (ps, gs, ms)), hp)
+            return
         big, rest = ([], [], []), ([], [], [])
         for p, g, m in zip(ps, gs, ms):
             fits = p.numel() >= FUSED_MIN_NUMEL and g.dtype == p.dtype and p.is_contiguous() and g.is_contiguous()

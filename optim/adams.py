@@ -104,6 +104,7 @@ class AdamS(MomentumOnlyOptimizer):
     """
 
     update = staticmethod(adams_update)
+    cpu_kernel = "adams_step"
     update_foreach = staticmethod(adams_update_foreach)
 
     def __init__(

@@ -66,6 +66,7 @@ class Lion(MomentumOnlyOptimizer):
     """
 
     update = staticmethod(lion_update)
+    cpu_kernel = "lion_step"
     update_foreach = staticmethod(lion_update_foreach)
 
     def __init__(

@@ -190,8 +190,8 @@ def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: 
         if data is None:
             data = dataset.load(data_dir or cfg["data_dir"], cfg["dataset"], cfg["block_size"])
         r, rr = measure_checkpoint(state, data["train"], micro_batches, batch_tokens, device)
-        rows += [dict(run=out_dir.name, **row) for row in r]
-        ratio_rows += [dict(run=out_dir.name, **row) for row in rr]
+        rows += [dict(run=f"{out_dir.parent.name}/{out_dir.name}", **row) for row in r]
+        ratio_rows += [dict(run=f"{out_dir.parent.name}/{out_dir.name}", **row) for row in rr]
     return rows, ratio_rows
 
 

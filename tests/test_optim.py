@@ -17,6 +17,14 @@ from optim.adam_mini import partition
 IMPLS = {"loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
 
 
+@pytest.fixture
+def compiled_on_cpu(monkeypatch):
+    """The torch.compile kernel (what fused=True runs on CUDA) instead of the C++ one on CPU."""
+    from optim._momentum_only import MomentumOnlyOptimizer
+
+    monkeypatch.setattr(MomentumOnlyOptimizer, "_compiled_on_cpu", True)
+
+
 # --- AdamS closed forms ---------------------------------------------------------------------
 
 def adams_by_hand(p0, grads, lr, b1, b2, eps, wd, bias_correction):
@@ -77,11 +85,17 @@ def run_steps(make, dtype, n=6, seed=0):
 
 
 @pytest.mark.parametrize("cls", [AdamS, Lion])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_loop_foreach_fused_agree(cls, dtype):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_loop_foreach_fused_agree(cls, dtype, monkeypatch):
+    from optim import _cpu_fused
+    from optim._momentum_only import MomentumOnlyOptimizer
+
+    assert _cpu_fused.kernels() is not None, "the C++ kernels should build here (a compiler and ninja are installed)"
     results = {name: run_steps(lambda ps, kw=kw: cls(ps, lr=1e-2, weight_decay=0.1, **kw), dtype) for name, kw in IMPLS.items()}
+    monkeypatch.setattr(MomentumOnlyOptimizer, "_compiled_on_cpu", True)  # and the torch.compile kernel (CUDA's)
+    results["compiled"] = run_steps(lambda ps: cls(ps, lr=1e-2, weight_decay=0.1, fused=True), dtype)
     ref_params, ref_opt = results["loop"]
-    for name in ("foreach", "fused"):
+    for name in ("foreach", "fused", "compiled"):
         params, opt = results[name]
         for p, q in zip(ref_params, params):
             assert q.dtype == dtype
@@ -110,7 +124,7 @@ def test_low_precision_uses_fp32_math():
         torch.testing.assert_close(p.detach(), ref.detach().to(torch.bfloat16), rtol=0, atol=0)
 
 
-def test_fused_does_not_recompile_when_lr_changes():
+def test_fused_does_not_recompile_when_lr_changes(compiled_on_cpu):
     import torch._dynamo.utils as dutils
 
     params = [nn.Parameter(torch.randn(300, 300)), nn.Parameter(torch.randn(5))]

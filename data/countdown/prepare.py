@@ -36,8 +36,8 @@ def read_problems(path: Path) -> list[dict]:
 
 
 def prepare(out: Path, sft: int = 20_000, sft_val: int = 1_000, rl_train: int = 2_000, test: int = 256,
-            seed: int = 0) -> dict[str, int]:
-    problems = generate(sft + sft_val + rl_train + test, seed)
+            seed: int = 0, max_number: int = 9) -> dict[str, int]:
+    problems = generate(sft + sft_val + rl_train + test, seed, max_number=max_number)
     parts = np.split(np.array(problems, dtype=object), np.cumsum([sft, sft_val, rl_train]))
     out.mkdir(parents=True, exist_ok=True)
     write_tokens(out / "train.bin", corpus(parts[0]), 256)
@@ -54,6 +54,9 @@ if __name__ == "__main__":
     parser.add_argument("--rl-train", type=int, default=2_000, help="problems for GRPO")
     parser.add_argument("--test", type=int, default=256, help="problems the reward curves are measured on")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-number", type=int, default=9,
+                        help="numbers are 1..this (TinyZero's go to 99; single digits suit a sub-million-parameter model)")
     args = parser.parse_args()
-    counts = prepare(args.out, sft=args.sft, rl_train=args.rl_train, test=args.test, seed=args.seed)
+    counts = prepare(args.out, sft=args.sft, rl_train=args.rl_train, test=args.test, seed=args.seed,
+                     max_number=args.max_number)
     print(f"{counts} -> {args.out}")

@@ -1,0 +1,122 @@
+// AdamS and Lion on CPU, one pass over memory: read p, g, m once, write p, m once, fp32 math
+// whatever the storage dtype (float32, bfloat16, float16). The same update rules as
+// adams_update / lion_update in optim/adams.py and optim/lion.py, in the same order of
+// operations. Compiled at first use by optim/_cpu_fused.py (torch.utils.cpp_extension).
+//
+// Why not the torch.compile kernel on CPU: its step scalars (lr, betas, ...) live in 0-d
+// tensors so that a new learning rate does not recompile, and the generated loop reloads them
+// at every vector, since its stores to p and m might alias them. Here they are values.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr int64_t kGrain = 1 << 15;  // elements per task: small tensors run on one thread
+
+// Apply f(x, g, m) -> (x, m), on Vec and on float, over one tensor of storage type T.
+template <typename T, typename VecFn, typename ScalarFn>
+void for_each_element(T* p, const T* g, T* m, int64_t n, VecFn vec_fn, ScalarFn scalar_fn) {
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    int64_t i = begin;
+    if constexpr (std::is_same_v<T, float>) {
+      for (; i + Vec::size() <= end; i += Vec::size()) {
+        Vec x = Vec::loadu(p + i), gv = Vec::loadu(g + i), mv = Vec::loadu(m + i);
+        vec_fn(x, gv, mv);
+        x.store(p + i);
+        mv.store(m + i);
+      }
+    } else {  // 16-bit storage: two float vectors per 16-bit vector
+      using VecT = at::vec::Vectorized<T>;
+      for (; i + VecT::size() <= end; i += VecT::size()) {
+        auto [x0, x1] = at::vec::convert_to_float<T>(VecT::loadu(p + i));
+        auto [g0, g1] = at::vec::convert_to_float<T>(VecT::loadu(g + i));
+        auto [m0, m1] = at::vec::convert_to_float<T>(VecT::loadu(m + i));
+        vec_fn(x0, g0, m0);
+        vec_fn(x1, g1, m1);
+        at::vec::convert_from_float<T>(x0, x1).store(p + i);
+        at::vec::convert_from_float<T>(m0, m1).store(m + i);
+      }
+    }
+    for (; i < end; ++i) {
+      float x = static_cast<float>(p[i]), gv = static_cast<float>(g[i]), mv = static_cast<float>(m[i]);
+      scalar_fn(x, gv, mv);
+      p[i] = static_cast<T>(x);
+      m[i] = static_cast<T>(mv);
+    }
+  });
+}
+
+template <typename Fn>
+void dispatch(const std::vector<at::Tensor>& ps, const std::vector<at::Tensor>& gs, const std::vector<at::Tensor>& ms,
+              Fn fn) {
+  TORCH_CHECK(ps.size() == gs.size() && ps.size() == ms.size(), "params, grads and momenta must pair up");
+  for (size_t t = 0; t < ps.size(); ++t) {
+    const auto& p = ps[t];
+    TORCH_CHECK(p.is_contiguous() && gs[t].is_contiguous() && ms[t].is_contiguous(), "tensors must be contiguous");
+    TORCH_CHECK(gs[t].scalar_type() == p.scalar_type() && ms[t].scalar_type() == p.scalar_type(),
+                "param, grad and momentum must share a dtype");
+    switch (p.scalar_type()) {
+      case at::kFloat:
+        fn(p.data_ptr<float>(), gs[t].data_ptr<float>(), ms[t].data_ptr<float>(), p.numel());
+        break;
+      case at::kBFloat16:
+        fn(p.data_ptr<at::BFloat16>(), gs[t].data_ptr<at::BFloat16>(), ms[t].data_ptr<at::BFloat16>(), p.numel());
+        break;
+      case at::kHalf:
+        fn(p.data_ptr<at::Half>(), gs[t].data_ptr<at::Half>(), ms[t].data_ptr<at::Half>(), p.numel());
+        break;
+      default:
+        TORCH_CHECK(false, "fused CPU kernels take float32, bfloat16 or float16, got ", p.scalar_type());
+    }
+  }
+}
+
+}  // namespace
+
+// p <- p(1 - lr wd); v <- b2 (m/bc)^2 + (1 - b2) g^2; m <- b1 m + (1 - b1) g; p <- p - lr (m/bc) / (sqrt(v) + eps)
+void adams_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vector<at::Tensor> ms, double lr,
+                double weight_decay, double beta1, double beta2, double eps, double inv_bc) {
+  const float decay = static_cast<float>(1.0 - lr * weight_decay), b2 = static_cast<float>(beta2),
+              c2 = static_cast<float>(1.0 - beta2), c1 = static_cast<float>(1.0 - beta1),
+              ib = static_cast<float>(inv_bc), step = static_cast<float>(lr * inv_bc), e = static_cast<float>(eps);
+  const Vec vdecay(decay), vb2(b2), vc2(c2), vc1(c1), vib(ib), vstep(step), ve(e);
+  auto vec_fn = [&](Vec& x, const Vec& g, Vec& m) {
+    Vec mh = m * vib;
+    Vec v = vb2 * mh * mh + vc2 * g * g;
+    m = m + vc1 * (g - m);
+    x = x * vdecay - vstep * m / (v.sqrt() + ve);
+  };
+  auto scalar_fn = [&](float& x, float g, float& m) {
+    float mh = m * ib;
+    float v = b2 * mh * mh + c2 * g * g;
+    m = m + c1 * (g - m);
+    x = x * decay - step * m / (std::sqrt(v) + e);
+  };
+  dispatch(ps, gs, ms, [&](auto* p, auto* g, auto* m, int64_t n) { for_each_element(p, g, m, n, vec_fn, scalar_fn); });
+}
+
+// c <- b1 m + (1 - b1) g; p <- p(1 - lr wd) - lr sign(c); m <- b2 m + (1 - b2) g
+void lion_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vector<at::Tensor> ms, double lr,
+               double weight_decay, double beta1, double beta2) {
+  const float decay = static_cast<float>(1.0 - lr * weight_decay), l = static_cast<float>(lr),
+              b1 = static_cast<float>(beta1), c1 = static_cast<float>(1.0 - beta1), b2 = static_cast<float>(beta2),
+              c2 = static_cast<float>(1.0 - beta2);
+  const Vec vdecay(decay), vl(l), vb1(b1), vc1(c1), vb2(b2), vc2(c2), zero(0.0f);
+  auto vec_fn = [&](Vec& x, const Vec& g, Vec& m) {
+    Vec c = m * vb1 + g * vc1;
+    x = x * vdecay - vl * (c.gt(zero) - c.lt(zero));
+    m = m * vb2 + g * vc2;
+  };
+  auto scalar_fn = [&](float& x, float g, float& m) {
+    float c = m * b1 + g * c1;
+    x = x * decay - l * static_cast<float>((c > 0.0f) - (c < 0.0f));
+    m = m * b2 + g * c2;
+  };
+  dispatch(ps, gs, ms, [&](auto* p, auto* g, auto* m, int64_t n) { for_each_element(p, g, m, n, vec_fn, scalar_fn); });
+}
