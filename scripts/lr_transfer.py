@@ -202,6 +202,11 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
         ax.axhline(1, color="gray", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=label, ylabel="best lr(AdamS) / best lr(AdamW)",
                title="does AdamW's lr carry over? (1 = yes)")
+        ax.set_yticks([0.1, 0.2, 0.3, 0.5, 1.0], ["0.1", "0.2", "0.3", "0.5", "1"])
+        ax.set_yticks([], minor=True)
+        ticks = sorted({r[key] for r in rows if key in r})
+        ax.set_xticks(ticks, [f"{t:,.0f}" if key == "batch_tokens" else f"{t:.2g}" for t in ticks])
+        ax.set_xticks([], minor=True)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=130)

@@ -180,9 +180,10 @@ def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: 
     if not paths:
         raise SystemExit(f"{out_dir} has no checkpoints; train it with train.py first (--keep_checkpoints=N keeps N)")
     rows, ratio_rows, data = [], [], None
+    name = f"{out_dir.parent.name}/{out_dir.name}"
     from tqdm import tqdm
 
-    for path in tqdm(paths, desc=out_dir.name, leave=False):
+    for path in tqdm(paths, desc=name, leave=False):
         state = checkpoint.load_file(path)
         if "dcp_path" in state:
             raise SystemExit(f"{path} is a sharded (FSDP) checkpoint; this script reads single-file ones")
@@ -190,8 +191,8 @@ def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: 
         if data is None:
             data = dataset.load(data_dir or cfg["data_dir"], cfg["dataset"], cfg["block_size"])
         r, rr = measure_checkpoint(state, data["train"], micro_batches, batch_tokens, device)
-        rows += [dict(run=f"{out_dir.parent.name}/{out_dir.name}", **row) for row in r]
-        ratio_rows += [dict(run=f"{out_dir.parent.name}/{out_dir.name}", **row) for row in rr]
+        rows += [dict(run=name, **row) for row in r]
+        ratio_rows += [dict(run=name, **row) for row in rr]
     return rows, ratio_rows
 
 
@@ -320,13 +321,14 @@ def plot(rows: list[dict], ratio_rows: list[dict], path: Path) -> None:
             right.scatter([r["run_batch_tokens"] for r in measured], [r["measured_ratio"] for r in measured],
                           color=colors[run], marker="x", s=40, zorder=3)
     left.set(xlabel="iteration", ylabel="B_simple (tokens)", yscale="log",
-             title="gradient noise scale along the run (whole model)")
+             title="gradient noise scale along the run\n(whole model)")
     left.legend(fontsize=7)
     right.axvline(PAPER_BATCH, color="gray", ls="--", lw=0.8)
     right.text(PAPER_BATCH, right.get_ylim()[1], " paper", color="gray", va="top", fontsize=8)
     right.axhline(1, color="gray", lw=0.6)
     right.set(xscale="log", xlabel="batch (tokens per step)", ylabel="AdamS step length / AdamW's",
-              title="Section 2.3's prediction from sampling noise (solid), + drift (dashed); measured (x)")
+              title="step-length ratio: predicted from sampling noise (solid),\n"
+                    "+ the gradient's drift (dashed); measured (x)")
     right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
