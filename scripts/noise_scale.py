@@ -173,6 +173,12 @@ def next_step_gradient(model: LanguageModel, tokens, cfg: dict, it: int, vocab: 
     return total
 
 
+def run_name(out_dir: Path) -> str:
+    """How a run is named in the CSVs and the plot: its folder and the folder above (a sweep's runs
+    share their own names across sweeps)."""
+    return f"{out_dir.parent.name}/{out_dir.name}"
+
+
 def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: torch.device,
             data_dir: str | None = None) -> tuple[list[dict], list[dict]]:
     """Rows (per checkpoint and tensor) and ratio rows (per checkpoint and batch size) for one run."""
@@ -180,7 +186,7 @@ def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: 
     if not paths:
         raise SystemExit(f"{out_dir} has no checkpoints; train it with train.py first (--keep_checkpoints=N keeps N)")
     rows, ratio_rows, data = [], [], None
-    name = f"{out_dir.parent.name}/{out_dir.name}"
+    name = run_name(out_dir)
     from tqdm import tqdm
 
     for path in tqdm(paths, desc=name, leave=False):
@@ -282,9 +288,28 @@ def main(argv=None):
               f"(batch {row['run_batch_tokens']:,} = {row['run_batch_tokens'] / row['b_simple_tokens']:.2f} B_simple); "
               f"AdamS/AdamW step length predicted {row['predicted_ratio']:.2f} from sampling noise, "
               f"{row['predicted_ratio_drift']:.2f} with drift{measured}")
+    run_dirs = {run_name(run): run for run in args.runs}
+    for run, (ratio, n) in typical_ratio(rows).items():
+        lr = checkpoint.load_file(checkpoint.checkpoints(run_dirs[run])[0])["config"]["learning_rate"]
+        print(f"{run}: AdamS's steps are {ratio:.2f}x AdamW's (geometric mean over {n} checkpoints); this run's peak "
+              f"lr {lr:g} / {ratio:.2f} = {lr / ratio:.2g} is a starting point for AdamS's (results/README.md: it "
+              f"came within 1.35x of the best AdamS lr at 2K-32K tokens per step)")
     plot(rows, ratio_rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.csv')}, {args.out.name}_ratio.csv and {args.out.with_suffix('.png')}")
     return rows, ratio_rows
+
+
+def typical_ratio(rows: list[dict]) -> dict[str, tuple[float, int]]:
+    """Per run, the geometric mean of the measured whole-model AdamS/AdamW step-length ratio over
+    its checkpoints, and how many there were (runs without a measured ratio are left out).
+    AdamW's peak lr divided by it estimates AdamS's best peak lr (results/README.md)."""
+    out = {}
+    for run in dict.fromkeys(r["run"] for r in rows):
+        ratios = [r["measured_ratio"] for r in rows
+                  if r["run"] == run and r["tensor"] == ALL and not math.isnan(r["measured_ratio"])]
+        if ratios:
+            out[run] = (math.exp(sum(map(math.log, ratios)) / len(ratios)), len(ratios))
+    return out
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

@@ -83,6 +83,12 @@ def test_drift_variance_inverts_adamws_stationary_moments():
     assert torch.allclose(got_mu2, mu2, atol=1e-6) and torch.allclose(drift, tau2 - sampling, atol=1e-6)
 
 
+def test_typical_ratio_is_the_geometric_mean_over_checkpoints():
+    rows = [dict(run="a/x", tensor=ns.ALL, measured_ratio=2.0), dict(run="a/x", tensor="wte", measured_ratio=100.0),
+            dict(run="a/x", tensor=ns.ALL, measured_ratio=8.0), dict(run="b/y", tensor=ns.ALL, measured_ratio=math.nan)]
+    assert ns.typical_ratio(rows) == {"a/x": (pytest.approx(4.0), 2)}  # sqrt(2 * 8); b/y measured nothing
+
+
 def test_updates_match_torch_adamw_and_our_adams():
     gen = torch.Generator().manual_seed(1)
     p0, g_old, g = (torch.randn(64, generator=gen, dtype=torch.float64) for _ in range(3))
