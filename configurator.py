@@ -56,7 +56,7 @@ class TrainConfig:
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
     # optimizer
     optimizer: str = "adams"  # a name from optim.OPTIMIZERS
-    learning_rate: float = 1e-3  # peak; AdamS at 2K-token batches needs ~1/3 of AdamW's (results/README.md)
+    learning_rate: float = 1e-3  # peak; AdamS's best was ~1/4 of AdamW's best at 2K-32K tokens per step (README)
     max_iters: int = 1200  # total iterations
     weight_decay: float = 0.1  # decoupled; matrices and embeddings only
     beta1: float = 0.9  # momentum coefficient (AdamW, AdamS, Adam-mini, Lion)
