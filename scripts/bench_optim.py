@@ -85,11 +85,11 @@ def make_case(factory, named, n_head, dtype, device, gen):
 
 
 def bench(size, small, dtype, device, repeats, only):
+    """Yield one row per case, as each is measured."""
     named, n_head = shapes(size, small)
     n_params = sum(torch.Size(s).numel() for _, s in named)
     gen = torch.Generator(device=device).manual_seed(0)
     baseline = make_case(CASES[0][1], named, n_head, dtype, device, gen)
-    rows = []
     for label, factory, tensors in CASES:
         if only and not any(o in label for o in only) and factory is not CASES[0][1]:
             continue
@@ -110,11 +110,10 @@ def bench(size, small, dtype, device, repeats, only):
                 times.append(time.perf_counter() - start)
         ms = statistics.median(ours) * 1e3
         bytes_moved = tensors * n_params * next(iter(baseline.param_groups))["params"][0].element_size()
-        rows.append(dict(size=size, optimizer=label, ms=ms, gbps=bytes_moved / ms / 1e6, params=n_params,
-                         ratio_to_adamw_fused=ms / (statistics.median(theirs) * 1e3), first_step_s=first_step))
+        yield dict(size=size, optimizer=label, ms=ms, gbps=bytes_moved / ms / 1e6, params=n_params,
+                   ratio_to_adamw_fused=ms / (statistics.median(theirs) * 1e3), first_step_s=first_step)
         if opt is not baseline:
             del opt
-    return rows
 
 
 def main(argv=None):
@@ -134,16 +133,17 @@ def main(argv=None):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"device: {name}; {args.dtype} parameters; copy bandwidth {copy_gbps:.1f} GB/s; torch {torch.__version__}")
     rows = []
-    for size in args.sizes:
-        rows += bench(size, args.small, dtype, device, args.repeats, args.only)
-    print(f"\n{'size':8} {'optimizer':24} {'ms':>9} {'GB/s':>7} {'% copy':>7} {'/ adamw fused':>14} {'1st step s':>11}")
-    for r in rows:
-        print(f"{r['size']:8} {r['optimizer']:24} {r['ms']:9.2f} {r['gbps']:7.1f} {100 * r['gbps'] / copy_gbps:6.0f}% "
-              f"{r['ratio_to_adamw_fused']:14.3f} {r['first_step_s']:11.2f}")
     result = dict(device=name, dtype=args.dtype, small=args.small, torch=torch.__version__, copy_gbps=copy_gbps, rows=rows)
+    print(f"\n{'size':8} {'optimizer':24} {'ms':>9} {'GB/s':>7} {'% copy':>7} {'/ adamw fused':>14} {'1st step s':>11}")
+    for size in args.sizes:
+        for r in bench(size, args.small, dtype, device, args.repeats, args.only):  # each row as it is measured
+            rows.append(r)
+            print(f"{r['size']:8} {r['optimizer']:24} {r['ms']:9.2f} {r['gbps']:7.1f} {100 * r['gbps'] / copy_gbps:6.0f}% "
+                  f"{r['ratio_to_adamw_fused']:14.3f} {r['first_step_s']:11.2f}", flush=True)
+            if args.json:  # rewritten after every row, so that an interrupted run keeps what it measured
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(result, indent=2))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
         print(f"\nwrote {args.json}")
     return result
 
