@@ -1,16 +1,18 @@
 """The shell shared by optimizers whose whole state is one momentum tensor (AdamS, Lion).
 
-Each such optimizer supplies the same update rule three times:
+Each such optimizer supplies the same update rule in up to four forms:
 
 - ``update``: a function over one tensor (``p, grad, exp_avg, hp``), written with plain tensor
-  ops. The for-loop implementation calls it eagerly; on CUDA the fused implementation calls the
-  very same function through ``torch.compile`` over the list of a group's tensors, so inductor
-  emits one kernel per tensor that reads p, g, m once and writes p, m once (one pass over
-  memory), all launched from one call. Small tensors go through the foreach path together.
+  ops. The for-loop implementation calls it eagerly; where neither kernel below is available, the
+  fused implementation calls the very same function through ``torch.compile`` over the list of a
+  group's tensors (one kernel per tensor, one pass over memory, all launched from one call).
 - ``update_foreach``: the same rule with ``torch._foreach_*`` ops over lists of tensors.
 - ``cpu_kernel``: on CPU the fused implementation is a C++ kernel (optim/_cpu_kernels.cpp,
   compiled at first use), one pass over memory with the step's scalars as plain values: the
   compiled kernel reloads its 0-d tensor scalars at every vector on CPU, which cost ~10%.
+- ``triton_kernel``: on CUDA the fused implementation is one Triton launch over all tensors
+  (optim/_triton_fused.py): the compiled path's per-tensor launches cost more CPU time than the
+  GPU needed.
 
 ``hp`` is a NamedTuple of the step's scalars (``AdamSStep``, ``LionStep``: lr, weight decay,
 betas, ...), read by name. The loop and foreach paths get Python floats; the fused path gets
@@ -31,7 +33,7 @@ import torch
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
-from . import _cpu_fused
+from . import _cpu_fused, _triton_fused
 
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -99,6 +101,7 @@ class MomentumOnlyOptimizer(Optimizer):
     update: Callable
     update_foreach: Callable
     cpu_kernel: str  # its name in optim/_cpu_kernels.cpp, called with (ps, gs, ms, *hp)
+    triton_kernel: str | None = None  # its kind in optim/_triton_fused.py (CUDA); None: torch.compile
     _compiled_on_cpu = False  # tests: take the torch.compile path on CPU too, as on CUDA
 
     def __init__(self, params, defaults: dict, foreach: bool | None, fused: bool | None):
@@ -157,6 +160,12 @@ class MomentumOnlyOptimizer(Optimizer):
             kernel = getattr(_cpu_fused.kernels(), self.cpu_kernel)
             fits = [g.dtype == p.dtype and p.is_contiguous() and g.is_contiguous() for p, g in zip(ps, gs)]
             kernel(*([t for t, ok in zip(ts, fits) if ok] for ts in (ps, gs, ms)), *hp)
+            if not all(fits):
+                self._step_foreach(*([t for t, ok in zip(ts, fits) if not ok] for ts in (ps, gs, ms)), hp)
+            return
+        if device.type == "cuda" and _triton_fused.available() and self.triton_kernel:
+            fits = [_triton_fused.fits(p, g, m) for p, g, m in zip(ps, gs, ms)]
+            _triton_fused.step(self.triton_kernel, *([t for t, ok in zip(ts, fits) if ok] for ts in (ps, gs, ms)), hp)
             if not all(fits):
                 self._step_foreach(*([t for t, ok in zip(ts, fits) if not ok] for ts in (ps, gs, ms)), hp)
             return

@@ -100,12 +100,14 @@ class AdamS(MomentumOnlyOptimizer):
         weight_decay: decoupled weight decay λ (AdamW-style, multiplied by lr).
         bias_correction: divide the momentum by 1 − β1^t (see above).
         foreach: use ``torch._foreach_*`` ops (default unless fused or ``foreach=False``).
-        fused: the same update through ``torch.compile`` (CPU and CUDA), one call for all of a
-            group's large tensors; the first step compiles (seconds to minutes with model size).
+        fused: one pass over memory: on CUDA one Triton kernel launch for all tensors
+            (optim/_triton_fused.py), on CPU a C++ kernel built at first use (optim/_cpu_fused.py);
+            ``torch.compile`` of the same update where neither is available.
     """
 
     update = staticmethod(adams_update)
     cpu_kernel = "adams_step"
+    triton_kernel = "adams"
     update_foreach = staticmethod(adams_update_foreach)
 
     def __init__(

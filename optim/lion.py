@@ -61,12 +61,14 @@ class Lion(MomentumOnlyOptimizer):
         betas: (β1, β2): interpolation for the update direction, and the momentum's EMA.
         weight_decay: decoupled weight decay λ (multiplied by lr).
         foreach: use ``torch._foreach_*`` ops (default unless fused or ``foreach=False``).
-        fused: the same update through ``torch.compile`` (CPU and CUDA), one call for all of a
-            group's large tensors; the first step compiles (seconds to minutes with model size).
+        fused: one pass over memory: on CUDA one Triton kernel launch for all tensors
+            (optim/_triton_fused.py), on CPU a C++ kernel built at first use (optim/_cpu_fused.py);
+            ``torch.compile`` of the same update where neither is available.
     """
 
     update = staticmethod(lion_update)
     cpu_kernel = "lion_step"
+    triton_kernel = "lion"
     update_foreach = staticmethod(lion_update_foreach)
 
     def __init__(

@@ -1,0 +1,62 @@
+"""The CUDA multi-tensor kernel (optim/_triton_fused.py), run on the CPU by Triton's interpreter.
+
+    pip install triton && python -m pytest tests/test_triton_kernel.py
+
+Triton is not part of the CPU install (it is large, and CPU torch does not need it), so this
+skips where it is missing, as in CI; tests/test_cuda.py runs the same kernel on a GPU. The
+interpreter (TRITON_INTERPRET=1, read when the kernel is defined) needs a fresh process.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                reason="needs the triton package (pip install triton), not part of the CPU install")
+
+CHECK = textwrap.dedent("""
+    import torch
+    from optim import _triton_fused as tf
+    from optim.adams import AdamSStep
+    from optim.lion import LionStep
+
+    def adams_by_hand(p, g, m, lr, wd, b1, b2, eps, inv_bc):  # the paper's rule, float64
+        v = b2 * (m * inv_bc) ** 2 + (1 - b2) * g * g
+        m = b1 * m + (1 - b1) * g
+        return p * (1 - lr * wd) - lr * (m * inv_bc) / (v.sqrt() + eps), m
+
+    def lion_by_hand(p, g, m, lr, wd, b1, b2):
+        return p * (1 - lr * wd) - lr * torch.sign(b1 * m + (1 - b1) * g), b2 * m + (1 - b2) * g
+
+    gen = torch.Generator().manual_seed(0)
+    # sizes below, at and above one block (2048), with and without a partial last block
+    shapes = [(3000,), (17,), (2048,), (4101,), (64, 33)]
+    cases = [("adams", adams_by_hand, AdamSStep(1e-2, 0.1, 0.9, 0.95, 1e-8, 1 / (1 - 0.9**3))),
+             ("lion", lion_by_hand, LionStep(1e-2, 0.1, 0.9, 0.99))]
+    for dtype in (torch.float32, torch.bfloat16):
+        for kind, by_hand, hp in cases:
+            ps, gs, ms = ([torch.randn(s, generator=gen).to(dtype) for s in shapes] for _ in range(3))
+            want = [by_hand(p.double(), g.double(), m.double(), *hp) for p, g, m in zip(ps, gs, ms)]
+            assert all(tf.fits(p, g, m) for p, g, m in zip(ps, gs, ms))
+            tf.step(kind, ps, gs, ms, hp)
+            for p, m, (want_p, want_m) in zip(ps, ms, want):
+                for got, ref in ((p, want_p), (m, want_m)):
+                    if dtype == torch.float32:
+                        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-6)
+                    else:  # fp32 math, one rounding to bf16 (2**-8 relative), Lion's sign steps exact
+                        torch.testing.assert_close(got.double(), ref.to(dtype).double(), rtol=2**-7, atol=2**-7 * ref.abs().max().item())
+            print(kind, dtype, "ok")
+""")
+
+
+def test_multi_tensor_kernel_matches_the_update_rules_by_hand():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    result = subprocess.run([sys.executable, "-c", CHECK], cwd=Path(__file__).resolve().parents[1], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count(" ok") == 4, result.stdout
