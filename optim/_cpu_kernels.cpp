@@ -10,6 +10,7 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
+#include <ATen/cpu/vec/functional.h>  // convert_to_float / convert_from_float for BFloat16 and Half
 
 #include <cmath>
 #include <vector>

@@ -159,15 +159,11 @@ class MomentumOnlyOptimizer(Optimizer):
         if device.type == "cpu" and _cpu_fused.kernels() is not None and not self._compiled_on_cpu:
             kernel = getattr(_cpu_fused.kernels(), self.cpu_kernel)
             fits = [g.dtype == p.dtype and p.is_contiguous() and g.is_contiguous() for p, g in zip(ps, gs)]
-            kernel(*([t for t, ok in zip(ts, fits) if ok] for ts in (ps, gs, ms)), *hp)
-            if not all(fits):
-                self._step_foreach(*([t for t, ok in zip(ts, fits) if not ok] for ts in (ps, gs, ms)), hp)
+            self._kernel_where_it_fits(lambda *pgm: kernel(*pgm, *hp), fits, ps, gs, ms, hp)
             return
         if device.type == "cuda" and _triton_fused.available() and self.triton_kernel:
             fits = [_triton_fused.fits(p, g, m) for p, g, m in zip(ps, gs, ms)]
-            _triton_fused.step(self.triton_kernel, *([t for t, ok in zip(ts, fits) if ok] for ts in (ps, gs, ms)), hp)
-            if not all(fits):
-                self._step_foreach(*([t for t, ok in zip(ts, fits) if not ok] for ts in (ps, gs, ms)), hp)
+            self._kernel_where_it_fits(lambda *pgm: _triton_fused.step(self.triton_kernel, *pgm, hp), fits, ps, gs, ms, hp)
             return
         big, rest = ([], [], []), ([], [], [])
         for p, g, m in zip(ps, gs, ms):
@@ -180,6 +176,12 @@ class MomentumOnlyOptimizer(Optimizer):
                 _compiled(type(self).update)(*big, hp_tensors)
         if rest[0]:
             self._step_foreach(*rest, hp)
+
+    def _kernel_where_it_fits(self, kernel, fits, ps, gs, ms, hp):
+        """``kernel(ps, gs, ms)`` on the tensors whose ``fits`` is True, the foreach path on the rest."""
+        kernel(*([t for t, ok in zip(ts, fits) if ok] for ts in (ps, gs, ms)))
+        if not all(fits):
+            self._step_foreach(*([t for t, ok in zip(ts, fits) if not ok] for ts in (ps, gs, ms)), hp)
 
     def _step_foreach(self, ps, gs, ms, hp):
         if all(p.element_size() >= 4 and g.dtype == p.dtype for p, g in zip(ps, gs)):
