@@ -2,6 +2,7 @@
 hand-written completions, and a 2-step GRPO run per optimizer through TRL."""
 
 import json
+import re
 from fractions import Fraction
 
 import pytest
@@ -33,6 +34,18 @@ def test_problems_are_deterministic_distinct_and_solvable():
         assert value == p.target and sorted(used) == sorted(p.numbers)  # the solution is right, by our parser
         assert eval(p.solution) == pytest.approx(p.target)  # ...and by Python's (trusted input: our own)
         assert score(completion(p), p.numbers, p.target) == CORRECT_SCORE
+
+
+def test_solutions_take_the_numbers_left_to_right_in_the_prompts_order():
+    for p in generate(200, seed=5, max_number=9):
+        assert [int(x) for x in re.findall(r"\d+", p.solution)] == list(p.numbers)
+        assert p.solution.count("(") == len(p.numbers) - 2  # ((a op b) op c) op d
+        assert str(list(p.numbers)) in prompt(p)
+
+
+def test_asking_for_more_problems_than_exist_is_an_error_not_a_hang():
+    with pytest.raises(ValueError, match="distinct problems"):
+        generate(5_000, seed=0, max_number=2)
 
 
 def test_train_and_test_share_no_problem():
@@ -126,6 +139,7 @@ def test_grpo_two_steps_with_each_optimizer(optimizer, tiny_policy, tmp_path):
     trained = [r for r in lines if r["kind"] == "train" and "learning_rate" in r]
     # the trainer stepped our optimizer, at the paper's rule for its lr (Lion: 0.1x)
     assert trained and trained[0]["learning_rate"] == pytest.approx(1e-4 if optimizer == "lion" else 1e-3)
+    assert all(r["learning_rate"] == trained[0]["learning_rate"] for r in trained)  # constant, not decayed
     assert grpo.finished(out)
 
 
@@ -145,14 +159,19 @@ def test_grpo_optimizers_follow_the_papers_rules():
 def test_grpo_compare_summarizes_mean_and_std(tiny_policy, tmp_path):
     from scripts import grpo
 
-    for name in grpo.COMPARED:  # finished runs, as --compare leaves them
+    for name in (*grpo.COMPARED, "adams_lr=3e-05"):  # finished runs, as --compare --adams-lr 3e-5 leaves them
         for seed, reward in ((1, 0.1), (2, 0.3)):
             out = tmp_path / f"{name}_seed={seed}"
             out.mkdir()
             (out / "metrics.jsonl").write_text("".join(json.dumps(dict(kind="eval", step=s, test_reward=reward + s,
                                                                         test_accuracy=0.0)) + "\n" for s in (0, 5)))
-            (out / "run.json").write_text(json.dumps(dict(done=True)))
-    rows = grpo.summarize(tmp_path, grpo.COMPARED, [1, 2])
+            (out / "run.json").write_text(json.dumps(dict(optimizer=name, seed=seed, lr=1e-4, steps=5, done=True)))
+    rows = grpo.main([str(tiny_policy / "hf"), "--compare", "--adams-lr", "3e-5", "--seeds", "1", "2",
+                      "--data", str(tiny_policy / "data"), "--out", str(tmp_path)])  # every run finished: summarizes
+    assert {r["optimizer"] for r in rows} == {"adamw", "adams", "lion", "adams_lr=3e-05"}
     row = next(r for r in rows if r["optimizer"] == "adams" and r["step"] == 5)
     assert row["reward_mean"] == pytest.approx(5.2) and row["reward_std"] == pytest.approx(2**0.5 / 10)  # 5.1, 5.3
     assert (tmp_path / "summary.png").exists()
+    table = grpo.main(["--table", str(tmp_path / "lion_seed=2"), str(tmp_path / "lion_seed=1")])
+    assert [r["seed"] for r in table] == [2, 1]  # the order given; start, best, mean of the last (here 2) evals
+    assert [(r["start"], r["best"], r["final"]) for r in table] == [pytest.approx((0.3, 5.3, 2.8)), pytest.approx((0.1, 5.1, 2.6))]

@@ -10,6 +10,6 @@ from config.recipes import cpu_repro
 globals().update(cpu_repro("adamw"))
 out_dir = "out/countdown_sft"
 dataset = "countdown"
-max_iters = lr_decay_iters = 1000
+max_iters = lr_decay_iters = 3000  # copying the numbers into the answer is learned after ~2,000
 warmup_iters = 100
-eval_interval = 250
+eval_interval = 500

@@ -35,7 +35,7 @@ def read_problems(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def prepare(out: Path, sft: int = 20_000, sft_val: int = 1_000, rl_train: int = 2_000, test: int = 256,
+def prepare(out: Path, sft: int = 16_000, sft_val: int = 500, rl_train: int = 2_000, test: int = 256,
             seed: int = 0, max_number: int = 9) -> dict[str, int]:
     problems = generate(sft + sft_val + rl_train + test, seed, max_number=max_number)
     parts = np.split(np.array(problems, dtype=object), np.cumsum([sft, sft_val, rl_train]))
@@ -50,13 +50,16 @@ def prepare(out: Path, sft: int = 20_000, sft_val: int = 1_000, rl_train: int = 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
-    parser.add_argument("--sft", type=int, default=20_000, help="solved problems to warm up on")
+    parser.add_argument("--sft", type=int, default=16_000, help="solved problems to warm up on")
     parser.add_argument("--rl-train", type=int, default=2_000, help="problems for GRPO")
     parser.add_argument("--test", type=int, default=256, help="problems the reward curves are measured on")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-number", type=int, default=9,
                         help="numbers are 1..this (TinyZero's go to 99; single digits suit a sub-million-parameter model)")
     args = parser.parse_args()
-    counts = prepare(args.out, sft=args.sft, rl_train=args.rl_train, test=args.test, seed=args.seed,
-                     max_number=args.max_number)
+    try:
+        counts = prepare(args.out, sft=args.sft, rl_train=args.rl_train, test=args.test, seed=args.seed,
+                         max_number=args.max_number)
+    except ValueError as e:
+        raise SystemExit(f"data.countdown.prepare: {e}") from None
     print(f"{counts} -> {args.out}")

@@ -3,8 +3,11 @@
 A problem is 3 or 4 numbers and a target that an expression using every number exactly once,
 with + - * / and parentheses, reaches. TinyZero (Pan et al., 2025; the AdamS paper's Section 4.3)
 draws its problems from the Hub's Countdown-Tasks-3to4; here they are generated from a seed, by
-building a random expression over the numbers, so every problem has a solution and the
-generator's own solution is available for supervised warm-up.
+combining the numbers left to right, in the order the prompt lists them, with random operations.
+Every problem so has a solution, and the generator's own is available for supervised warm-up; its
+fixed shape, ``((a op b) op c) op d``, lets a sub-million-parameter model learn to copy the
+numbers, so that what is left to learn (and for GRPO to improve) is the choice of operations.
+Any expression that uses every number once and hits the target scores, not only that shape.
 
 The reward follows TinyZero's ``verl/utils/reward_score/countdown.py``: the answer is the last
 ``<answer>...</answer>`` on the completion's last line; no answer scores 0, an answer that does
@@ -44,35 +47,40 @@ def completion(problem: Problem) -> str:
     return f" <answer>{problem.solution}</answer>\n"
 
 
-def _combine(rng: random.Random, items: list[tuple[Fraction, str]]) -> tuple[Fraction, str] | None:
-    """Join ``items`` (value, text) into one expression with random operations, positive
-    integer intermediate results only (as in the game); None if a random choice fails."""
-    items = list(items)
-    while len(items) > 1:
-        i, j = rng.sample(range(len(items)), 2)
-        (a, ta), (b, tb) = items[i], items[j]
+def _fold(rng: random.Random, numbers: tuple[int, ...]) -> tuple[Fraction, str] | None:
+    """The numbers combined left to right, in the order given, with random operations:
+    ``((a op b) op c) op d``; positive integer intermediate results only (as in the game). None
+    if a random choice breaks that rule."""
+    value, text = Fraction(numbers[0]), str(numbers[0])
+    for k, x in enumerate(numbers[1:]):
         op = rng.choice("+-*/")
-        value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[op]
-        if value is None or value <= 0 or value.denominator != 1:
+        value = {"+": value + x, "-": value - x, "*": value * x, "/": value / x}[op]
+        if value <= 0 or value.denominator != 1:
             return None
-        items = [item for k, item in enumerate(items) if k not in (i, j)] + [(value, f"({ta} {op} {tb})")]
-    value, text = items[0]
-    return value, text[1:-1]  # the outermost parentheses are the last operation's own
+        text = f"{text} {op} {x}" if k == 0 else f"({text}) {op} {x}"
+    return value, text
 
 
 def generate(n: int, seed: int, max_number: int = 25, max_target: int = 100, operands=(3, 4)) -> list[Problem]:
-    """``n`` distinct solvable problems, a pure function of ``seed``."""
+    """``n`` distinct solvable problems (distinct as a multiset of numbers and a target), a pure
+    function of ``seed``. ValueError if the settings allow fewer than ``n`` (single digits: about
+    22,800)."""
     rng = random.Random(seed)
-    problems, seen = [], set()
+    problems, seen, misses = [], set(), 0
     while len(problems) < n:
+        if misses > 200_000:
+            raise ValueError(f"found only {len(problems)} distinct problems with numbers up to {max_number}; "
+                             f"ask for fewer than {n} or allow larger numbers")
+        misses += 1
         numbers = tuple(rng.randint(1, max_number) for _ in range(rng.choice(operands)))
-        made = _combine(rng, [(Fraction(x), str(x)) for x in numbers])
+        made = _fold(rng, numbers)
         if made is None or not 1 <= made[0] <= max_target:
             continue
         key = (tuple(sorted(numbers)), int(made[0]))
         if key in seen:
             continue
         seen.add(key)
+        misses = 0
         problems.append(Problem(numbers, int(made[0]), made[1]))
     return problems
 
