@@ -42,4 +42,5 @@ for name, make in MAKERS.items():
         torch.testing.assert_close(q.full_tensor(), p.detach(), rtol=1e-6, atol=1e-7, msg=f"{name} {n}")
     if dist.get_rank() == 0:
         print(f"{name}: sharded == unsharded over {len(grads)} steps", flush=True)
+dist.barrier()  # every rank done with its collectives before gloo tears down (seen once: SIGABRT at exit under load)
 dist.destroy_process_group()
