@@ -179,6 +179,15 @@ def markdown(rows: list[dict]) -> str:
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['run']} | {r['optimizer']} | {r['lr']:g} | {r['seed']} | {r['steps']} | {r['start']:.3f} | "
               f"{r['best']:.3f} | {r['final']:.3f} |" for r in rows]
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["run"].split("_seed=")[0], []).append(r)
+    if any(len(g) > 1 for g in groups.values()):  # seeds of one setting: mean ± std
+        lines += ["", "| runs | seeds | best | final (last 5) |", "| --- | ---: | ---: | ---: |"]
+        for name, group in groups.items():
+            cells = [f"{statistics.mean(v):.3f} ± {statistics.stdev(v) if len(v) > 1 else 0.0:.3f}"
+                     for v in ([r["best"] for r in group], [r["final"] for r in group])]
+            lines.append(f"| {name} | {len(group)} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 

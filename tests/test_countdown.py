@@ -173,5 +173,6 @@ def test_grpo_compare_summarizes_mean_and_std(tiny_policy, tmp_path):
     assert row["reward_mean"] == pytest.approx(5.2) and row["reward_std"] == pytest.approx(2**0.5 / 10)  # 5.1, 5.3
     assert (tmp_path / "summary.png").exists()
     table = grpo.main(["--table", str(tmp_path / "lion_seed=2"), str(tmp_path / "lion_seed=1")])
+    assert "| lion | 2 | 5.200 ± 0.141 | 2.700 ± 0.141 |" in grpo.markdown(table)  # mean ± std over the seeds
     assert [r["seed"] for r in table] == [2, 1]  # the order given; start, best, mean of the last (here 2) evals
     assert [(r["start"], r["best"], r["final"]) for r in table] == [pytest.approx((0.3, 5.3, 2.8)), pytest.approx((0.1, 5.1, 2.6))]
