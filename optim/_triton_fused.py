@@ -18,69 +18,18 @@ caching allocator usually hands the gradients the same addresses from one step t
 from __future__ import annotations
 
 import functools
+import importlib.util
 from contextlib import nullcontext
 
 import torch
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # no Triton (CPU-only installs): available() is False
-    triton = None
 
 BLOCK = 2048  # elements per program
 _ALIGN = 16  # bytes: addresses are stored divided by this, so that the compiler knows their alignment
 
 
 def available() -> bool:
-    return triton is not None
-
-
-if triton is not None:
-
-    @triton.jit
-    def _adams_math(x, g, m, lr, weight_decay, beta1, beta2, eps, inv_bc):
-        m_hat = m * inv_bc
-        v = beta2 * m_hat * m_hat + (1 - beta2) * g * g
-        m = m + (1 - beta1) * (g - m)
-        x = x * (1 - lr * weight_decay) - (lr * inv_bc) * m / (tl.sqrt(v) + eps)
-        return x, m
-
-    @triton.jit
-    def _lion_math(x, g, m, lr, weight_decay, beta1, beta2):
-        c = m * beta1 + g * (1 - beta1)
-        sign = tl.where(c > 0, 1.0, tl.where(c < 0, -1.0, 0.0))
-        x = x * (1 - lr * weight_decay) - lr * sign
-        m = m * beta2 + g * (1 - beta2)
-        return x, m
-
-    @triton.jit
-    def _update_block(p_ptr, g_ptr, m_ptr, offs, mask, s0, s1, s2, s3, s4, s5, ADAMS: tl.constexpr):
-        x = tl.load(p_ptr + offs, mask=mask).to(tl.float32)
-        g = tl.load(g_ptr + offs, mask=mask).to(tl.float32)
-        m = tl.load(m_ptr + offs, mask=mask).to(tl.float32)
-        if ADAMS:
-            x, m = _adams_math(x, g, m, s0, s1, s2, s3, s4, s5)
-        else:
-            x, m = _lion_math(x, g, m, s0, s1, s2, s3)
-        tl.store(p_ptr + offs, x.to(p_ptr.dtype.element_ty), mask=mask)
-        tl.store(m_ptr + offs, m.to(m_ptr.dtype.element_ty), mask=mask)
-
-    @triton.jit
-    def _multi_tensor_kernel(addresses, numels, block_tensor, block_index, n_tensors, s0, s1, s2, s3, s4, s5,
-                             DTYPE: tl.constexpr, ADAMS: tl.constexpr, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
-        pid = tl.program_id(0)
-        t = tl.load(block_tensor + pid)
-        start = tl.load(block_index + pid).to(tl.int64) * BLOCK
-        n = tl.load(numels + t)
-        p_ptr = (tl.load(addresses + t) * ALIGN).to(tl.pointer_type(DTYPE))
-        g_ptr = (tl.load(addresses + n_tensors + t) * ALIGN).to(tl.pointer_type(DTYPE))
-        m_ptr = (tl.load(addresses + 2 * n_tensors + t) * ALIGN).to(tl.pointer_type(DTYPE))
-        offs = start + tl.arange(0, BLOCK)
-        if start + BLOCK <= n:  # a full block: no mask, so loads and stores can be vectorised
-            _update_block(p_ptr, g_ptr, m_ptr, offs, None, s0, s1, s2, s3, s4, s5, ADAMS)
-        else:
-            _update_block(p_ptr, g_ptr, m_ptr, offs, offs < n, s0, s1, s2, s3, s4, s5, ADAMS)
+    """Whether Triton is installed (it is imported at the first CUDA step, not here)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 _TL_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -109,6 +58,10 @@ def _pointer_table(addresses: tuple[int, ...], device: torch.device) -> torch.Te
 
 def step(kind: str, ps: list, gs: list, ms: list, hp: tuple) -> None:
     """Update every (p, g, m) in one launch per dtype; each must pass ``fits``. ``kind``: adams, lion."""
+    import triton.language as tl
+
+    from ._triton_kernels import multi_tensor_kernel
+
     by_dtype: dict[torch.dtype, list] = {}
     for p, g, m in zip(ps, gs, ms):
         by_dtype.setdefault(p.dtype, []).append((p, g, m))
@@ -118,7 +71,7 @@ def step(kind: str, ps: list, gs: list, ms: list, hp: tuple) -> None:
         numels, block_tensor, block_index = _block_table(tuple(p.numel() for p, _, _ in triples), device)
         addresses = _pointer_table(tuple(t.data_ptr() for i in range(3) for t in (tr[i] for tr in triples)), device)
         with torch.cuda.device(device) if device.type == "cuda" else nullcontext():  # CPU: TRITON_INTERPRET=1
-            _multi_tensor_kernel[(len(block_tensor),)](
+            multi_tensor_kernel[(len(block_tensor),)](
                 addresses, numels, block_tensor, block_index, len(triples), *scalars,
                 DTYPE=getattr(tl, _TL_DTYPES[dtype]), ADAMS=kind == "adams", BLOCK=BLOCK, ALIGN=_ALIGN,
             )

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                reason="needs the triton package (pip install triton), not part of the CPU install")
+                                reason="needs the triton package (pip install triton; the dev extra has it)")
 
 CHECK = textwrap.dedent("""
     import torch
