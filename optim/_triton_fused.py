@@ -27,8 +27,10 @@ BLOCK = 2048  # elements per program
 _ALIGN = 16  # bytes: addresses are stored divided by this, so that the compiler knows their alignment
 
 
+@functools.cache
 def available() -> bool:
-    """Whether Triton is installed (it is imported at the first CUDA step, not here)."""
+    """Whether Triton is installed (it is imported at the first CUDA step, not here); looked up once,
+    not at every step."""
     return importlib.util.find_spec("triton") is not None
 
 
