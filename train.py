@@ -297,4 +297,4 @@ def cli(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    distributed.exit_process(cli(sys.argv[1:]))

@@ -24,6 +24,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
+import distributed
 from model import GPT, SIZES, GPTConfig
 from model_llama import SIZES as LLAMA_SIZES
 from model_llama import Llama, LlamaConfig
@@ -96,3 +97,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+    distributed.exit_process(0)

@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
+import distributed
 from optim import AdamMini, AdamS, Lion
 
 dist.init_process_group("gloo")
@@ -42,5 +43,5 @@ for name, make in MAKERS.items():
         torch.testing.assert_close(q.full_tensor(), p.detach(), rtol=1e-6, atol=1e-7, msg=f"{name} {n}")
     if dist.get_rank() == 0:
         print(f"{name}: sharded == unsharded over {len(grads)} steps", flush=True)
-dist.barrier()  # every rank done with its collectives before gloo tears down (seen once: SIGABRT at exit under load)
 dist.destroy_process_group()
+distributed.exit_process(0)  # not Python's shutdown: see its docstring
