@@ -12,7 +12,8 @@ new learning rate or bias correction does not recompile.
 Each tensor is read once and written once (p and m; g is read), in fp32 math whatever the
 storage dtype, which must be the same for p, g and m. The tables are cached: the block table per
 list of sizes, the pointer table per list of addresses (parameters and momenta never move; the
-caching allocator usually hands the gradients the same addresses from one step to the next).
+caching allocator usually hands the gradients the same addresses from one step to the next). A
+new table goes to the GPU through pinned memory, without making the CPU wait for the GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from contextlib import nullcontext
+from operator import attrgetter, or_
 
 import torch
 
@@ -43,37 +45,62 @@ def fits(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor) -> bool:
             and all(t.is_contiguous() and t.data_ptr() % _ALIGN == 0 for t in (p, g, m)))
 
 
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor copied without blocking the CPU: a pageable copy would wait for the GPU's queue."""
+    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+
+
 @functools.lru_cache(maxsize=64)
 def _block_table(numels: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     counts = torch.tensor([-(-n // BLOCK) for n in numels])
     block_tensor = torch.repeat_interleave(torch.arange(len(numels)), counts)
     first = torch.cumsum(counts, 0) - counts  # each tensor's first program
     block_index = torch.arange(len(block_tensor)) - first[block_tensor]
-    return (torch.tensor(numels, dtype=torch.int64, device=device),
-            block_tensor.to(torch.int32).to(device), block_index.to(torch.int32).to(device))
+    return (_to_device(torch.tensor(numels, dtype=torch.int64), device),
+            _to_device(block_tensor.to(torch.int32), device), _to_device(block_index.to(torch.int32), device))
 
 
 @functools.lru_cache(maxsize=16)
 def _pointer_table(addresses: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    return torch.tensor([a // _ALIGN for a in addresses], dtype=torch.int64).to(device)
+    return _to_device(torch.tensor(addresses, dtype=torch.int64) // _ALIGN, device)
 
 
-def step(kind: str, ps: list, gs: list, ms: list, hp: tuple) -> None:
-    """Update every (p, g, m) in one launch per dtype; each must pass ``fits``. ``kind``: adams, lion."""
+def step(kind: str, ps: list, gs: list, ms: list, hp: tuple) -> tuple[list, list, list]:
+    """Update every (p, g, m) that ``fits``, in one launch per dtype; return the others as (ps, gs, ms).
+
+    ``kind``: adams, lion. This runs at every step, so the usual case (one dtype, every tensor
+    fits) is checked over the whole list at once rather than tensor by tensor.
+    """
+    tensors = [*ps, *gs, *ms]
+    addresses = list(map(torch.Tensor.data_ptr, tensors))
+    dtypes = set(map(attrgetter("dtype"), tensors))
+    if (len(dtypes) == 1 and ps[0].dtype in _TL_DTYPES and all(map(torch.Tensor.is_contiguous, tensors))
+            and not functools.reduce(or_, addresses) % _ALIGN):  # every address aligned
+        _launch(kind, ps, addresses, hp)
+        return [], [], []
+    n, by_dtype, rest = len(ps), {}, ([], [], [])
+    for i, triple in enumerate(zip(ps, gs, ms)):
+        if fits(*triple):
+            by_dtype.setdefault(triple[0].dtype, []).append(i)
+        else:
+            for bucket, t in zip(rest, triple):
+                bucket.append(t)
+    for index in by_dtype.values():
+        _launch(kind, [ps[i] for i in index], [addresses[k * n + i] for k in range(3) for i in index], hp)
+    return rest
+
+
+def _launch(kind: str, ps: list, addresses: list, hp: tuple) -> None:
+    """One kernel launch over the tensors ``ps`` (one dtype) and their (p..., g..., m...) ``addresses``."""
     import triton.language as tl
 
     from ._triton_kernels import multi_tensor_kernel
 
-    by_dtype: dict[torch.dtype, list] = {}
-    for p, g, m in zip(ps, gs, ms):
-        by_dtype.setdefault(p.dtype, []).append((p, g, m))
+    device = ps[0].device
+    numels, block_tensor, block_index = _block_table(tuple(map(torch.Tensor.numel, ps)), device)
     scalars = [float(s) for s in hp] + [0.0] * (6 - len(hp))
-    for dtype, triples in by_dtype.items():
-        device = triples[0][0].device
-        numels, block_tensor, block_index = _block_table(tuple(p.numel() for p, _, _ in triples), device)
-        addresses = _pointer_table(tuple(t.data_ptr() for i in range(3) for t in (tr[i] for tr in triples)), device)
-        with torch.cuda.device(device) if device.type == "cuda" else nullcontext():  # CPU: TRITON_INTERPRET=1
-            multi_tensor_kernel[(len(block_tensor),)](
-                addresses, numels, block_tensor, block_index, len(triples), *scalars,
-                DTYPE=getattr(tl, _TL_DTYPES[dtype]), ADAMS=kind == "adams", BLOCK=BLOCK, ALIGN=_ALIGN,
-            )
+    with torch.cuda.device(device) if device.type == "cuda" else nullcontext():  # CPU: TRITON_INTERPRET=1
+        multi_tensor_kernel[(len(block_tensor),)](
+            _pointer_table(tuple(addresses), device), numels, block_tensor, block_index, len(ps), *scalars,
+            DTYPE=getattr(tl, _TL_DTYPES[ps[0].dtype]), ADAMS=kind == "adams", BLOCK=BLOCK, ALIGN=_ALIGN,
+        )

@@ -205,3 +205,19 @@ def test_lr_transfer_finds_each_optimizers_best_lr_and_the_ratio(tmp_path):
     assert second["adams_best_lr"] == 5e-4 and not second["adams_bracketed"] and second["ratio_fitted"] is None
     assert "edge of grid" in (tmp_path / "t.md").read_text()
     assert (tmp_path / "t.png").exists() and (tmp_path / "t_points.csv").exists()
+
+
+def test_cuda_step_host_time_takes_the_triton_branch():
+    # results/cpu/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
+    # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "results/cpu/cuda_step_host_time.py"], cwd=repo, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line.split() for line in result.stdout.splitlines()[2:]]
+    assert [(r[0], int(r[1])) for r in rows] == [("small", 148), ("medium", 292), ("large", 436), ("xl", 580)]
+    assert all(0 < float(x) < 100 for r in rows for x in r[2:])

@@ -51,6 +51,24 @@ CHECK = textwrap.dedent("""
                     else:  # fp32 math, one rounding to bf16 (2**-8 relative), Lion's sign steps exact
                         torch.testing.assert_close(got.double(), ref.to(dtype).double(), rtol=2**-7, atol=2**-7 * ref.abs().max().item())
             print(kind, dtype, "ok")
+
+    # One call with tensors the kernel cannot take (misaligned, not contiguous) and two dtypes: those
+    # come back untouched for the caller's foreach path, the others are updated (one launch per dtype).
+    hp = cases[0][2]
+    ps = [torch.randn(4100, generator=gen)[1:], torch.randn(40, 30, generator=gen).t(),
+          torch.randn(3000, generator=gen), torch.randn(2500, generator=gen).bfloat16()]
+    gs, ms = ([torch.randn(p.shape, generator=gen).to(p.dtype) for p in ps] for _ in range(2))
+    assert [tf.fits(p, g, m) for p, g, m in zip(ps, gs, ms)] == [False, False, True, True]
+    before = [(p.clone(), m.clone()) for p, m in zip(ps, ms)]
+    want = [by_hand(p.double(), g.double(), m.double(), *hp) for p, g, m, by_hand in zip(ps, gs, ms, [adams_by_hand] * 4)]
+    rest = tf.step("adams", ps, gs, ms, hp)
+    assert [[t.data_ptr() for t in ts] for ts in rest] == [[t.data_ptr() for t in ts[:2]] for ts in (ps, gs, ms)]
+    for p, m, (p0, m0) in zip(ps[:2], ms[:2], before):
+        assert torch.equal(p, p0) and torch.equal(m, m0)
+    for p, m, (want_p, want_m) in zip(ps[2:], ms[2:], want[2:]):
+        for got, ref in ((p, want_p), (m, want_m)):
+            torch.testing.assert_close(got.double(), ref.to(got.dtype).double(), rtol=2**-7, atol=2**-7 * ref.abs().max().item())
+    print("mixed ok")
 """)
 
 
@@ -59,4 +77,4 @@ def test_multi_tensor_kernel_matches_the_update_rules_by_hand():
     result = subprocess.run([sys.executable, "-c", CHECK], cwd=Path(__file__).resolve().parents[1], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count(" ok") == 4, result.stdout
+    assert result.stdout.count(" ok") == 5, result.stdout
