@@ -34,8 +34,8 @@ CHECK = textwrap.dedent("""
         return p * (1 - lr * wd) - lr * torch.sign(b1 * m + (1 - b1) * g), b2 * m + (1 - b2) * g
 
     gen = torch.Generator().manual_seed(0)
-    # sizes below, at and above one block (2048), with and without a partial last block
-    shapes = [(3000,), (17,), (2048,), (4101,), (64, 33)]
+    # sizes below, at and above one block (2048 fp32, 4096 bf16 elements), with and without a partial last block
+    shapes = [(3000,), (17,), (2048,), (4101,), (64, 33), (4096,), (2, 4099)]
     cases = [("adams", adams_by_hand, AdamSStep(1e-2, 0.1, 0.9, 0.95, 1e-8, 1 / (1 - 0.9**3))),
              ("lion", lion_by_hand, LionStep(1e-2, 0.1, 0.9, 0.99))]
     for dtype in (torch.float32, torch.bfloat16):
