@@ -130,7 +130,8 @@ def main(argv=None):
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     copy_gbps = copy_bandwidth(device, 256 * 2**20, args.repeats)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    name = (torch.cuda.get_device_name(device) if device.type == "cuda"  # CPU: the vector width torch's kernels and ours use
+            else f"CPU ({torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()})")
     print(f"device: {name}; {args.dtype} parameters; copy bandwidth {copy_gbps:.1f} GB/s; torch {torch.__version__}")
     rows = []
     result = dict(device=name, dtype=args.dtype, small=args.small, torch=torch.__version__, copy_gbps=copy_gbps, rows=rows)
