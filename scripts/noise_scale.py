@@ -292,8 +292,9 @@ def main(argv=None):
     for run, (ratio, n) in typical_ratio(rows).items():
         lr = checkpoint.load_file(checkpoint.checkpoints(run_dirs[run])[0])["config"]["learning_rate"]
         print(f"{run}: AdamS's steps are {ratio:.2f}x AdamW's (geometric mean over {n} checkpoints); this run's peak "
-              f"lr {lr:g} / {ratio:.2f} = {lr / ratio:.2g} is a starting point for AdamS's (results/README.md: it "
-              f"came within 1.35x of the best AdamS lr at 2K-32K tokens per step)")
+              f"lr {lr:g} / {ratio:.2f} = {lr / ratio:.2g} is a starting point for AdamS's: scan x2 either side "
+              f"(results/README.md: from AdamW runs at their grid-best lr, lr / R came within 1.7x of AdamS's best "
+              f"lr at every batch size and width tried)")
     plot(rows, ratio_rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.csv')}, {args.out.name}_ratio.csv and {args.out.with_suffix('.png')}")
     return rows, ratio_rows
