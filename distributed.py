@@ -87,8 +87,9 @@ def exit_process(code: int) -> NoReturn:
     the GIL, Python (3.11 here) ends it from inside a C++ destructor, and std::terminate aborts a
     run that had finished ("terminate called without an active exception", exit code -6; about 1 in
     12 two-process CPU runs on a loaded 2-core machine). destroy_process_group() does not stop it:
-    the process group lives on while FSDP's device mesh refers to it. So a worker whose files are
-    all closed flushes its output and leaves without the shutdown.
+    in a core dump gloo's threads were still running after it (something, a device mesh for
+    one, still holds the group). So a worker whose files are all closed flushes its output and
+    leaves without the shutdown.
     """
     if "RANK" not in os.environ:
         sys.exit(code)
