@@ -291,10 +291,9 @@ def main(argv=None):
     run_dirs = {run_name(run): run for run in args.runs}
     for run, (ratio, n) in typical_ratio(rows).items():
         lr = checkpoint.load_file(checkpoint.checkpoints(run_dirs[run])[0])["config"]["learning_rate"]
-        print(f"{run}: AdamS's steps are {ratio:.2f}x AdamW's (geometric mean over {n} checkpoints); this run's peak "
-              f"lr {lr:g} / {ratio:.2f} = {lr / ratio:.2g} is a starting point for AdamS's: scan x2 either side "
-              f"(results/README.md: from AdamW runs at their grid-best lr, lr / R came within 1.7x of AdamS's best "
-              f"lr at every batch size and width tried)")
+        print(f"{run}: AdamS's steps are {ratio:.2f}x AdamW's (geometric mean over {n} checkpoints), so AdamS's peak "
+              f"lr is about AdamW's best lr / {ratio:.2f} (from this run's lr {lr:g}: {lr / ratio:.2g}); scan x2 either "
+              f"side (results/README.md, 'R̄ at both widths': this ratio barely moves with the run's lr)")
     plot(rows, ratio_rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.csv')}, {args.out.name}_ratio.csv and {args.out.with_suffix('.png')}")
     return rows, ratio_rows
