@@ -1,18 +1,19 @@
-"""Does AdamW's learning rate carry over to AdamS? Best learning rates by batch size, from finished runs.
+"""Does AdamW's learning rate carry over to AdamS? Best learning rates by batch size and run length, from finished runs.
 
     python -m scripts.lr_transfer results/runs/lr_batch/*/*/ --out results/lr_transfer
     python -m scripts.lr_transfer RUNS... --noise results/analysis/noise_scale.csv     # adds B / B_noise
 
 Reads each run's config.json and metrics.jsonl (runs that did not reach max_iters are left out),
-groups them by model size, tokens per step, optimizer and peak learning rate, and for every
-(size, batch, optimizer) finds the best learning rate: the grid point with the lowest mean final
+groups them by model size, tokens per step, number of steps, optimizer and peak learning rate, and for
+every (size, batch, steps, optimizer) finds the best learning rate: the grid point with the lowest mean final
 validation loss, and a refined estimate from a parabola through it and its two neighbours in
 log(lr) (only when the best point has a neighbour on each side, i.e. the optimum is bracketed).
-Then the ratio best-lr(AdamS) / best-lr(AdamW) per size and batch.
+Then the ratio best-lr(AdamS) / best-lr(AdamW) per size, batch and run length.
 
 Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT.csv and OUT.md (best lr per
-optimizer and the ratio, per size and batch) and OUT.png (loss against lr by batch; the ratio
-against the batch, and against B/B_noise when --noise gives noise_scale.py's CSV).
+optimizer and the ratio, per size, batch and run length) and OUT.png (loss against lr; the ratio
+against the batch and against the run length where either varies, and against B/B_noise when --noise
+gives noise_scale.py's CSV).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from pathlib import Path
 from scripts.sweep import final_val_loss
 
 OPTIMIZERS = ("adamw", "adams")
+SETTING = ("params", "batch_tokens", "steps")  # what a best lr belongs to
+
+
+def setting_of(point: dict) -> tuple:
+    return tuple(point[k] for k in SETTING)
 
 
 def read_runs(dirs: list[Path]) -> list[dict]:
@@ -44,14 +50,15 @@ def read_runs(dirs: list[Path]) -> list[dict]:
 
 
 def grid_points(runs: list[dict]) -> list[dict]:
-    """Mean ± std of the final validation loss for every (size, batch, optimizer, lr)."""
+    """Mean ± std of the final validation loss for every (size, batch, steps, optimizer, lr)."""
     groups: dict[tuple, list[float]] = {}
     for r in runs:
-        groups.setdefault((r["params"], r["batch_tokens"], r["optimizer"], r["lr"]), []).append(r["val_loss"])
+        key = r["params"], r["batch_tokens"], r["max_iters"], r["optimizer"], r["lr"]
+        groups.setdefault(key, []).append(r["val_loss"])
     points = []
-    for (params, batch, opt, lr), losses in sorted(groups.items()):
+    for (params, batch, steps, opt, lr), losses in sorted(groups.items()):
         finite = all(math.isfinite(x) for x in losses)
-        points.append(dict(params=params, batch_tokens=batch, optimizer=opt, lr=lr, n=len(losses),
+        points.append(dict(params=params, batch_tokens=batch, steps=steps, optimizer=opt, lr=lr, n=len(losses),
                            mean=statistics.mean(losses) if finite else math.inf,
                            std=statistics.stdev(losses) if finite and len(losses) > 1 else 0.0))
     return points
@@ -70,7 +77,7 @@ def parabola_vertex(xs: tuple[float, float, float], ys: tuple[float, float, floa
 
 
 def best_lr(points: list[dict]) -> dict:
-    """The best grid lr of one (size, batch, optimizer), and the parabola-refined one if bracketed."""
+    """The best grid lr of one (size, batch, steps, optimizer), and the parabola-refined one if bracketed."""
     points = sorted(points, key=lambda p: p["lr"])
     i = min(range(len(points)), key=lambda j: points[j]["mean"])
     best = points[i]
@@ -86,10 +93,10 @@ def best_lr(points: list[dict]) -> dict:
 
 def table(points: list[dict]) -> list[dict]:
     rows = []
-    for params, batch in sorted({(p["params"], p["batch_tokens"]) for p in points}):
-        row = dict(params=params, batch_tokens=batch)
+    for setting in sorted({setting_of(p) for p in points}):
+        row = dict(zip(SETTING, setting))
         for opt in OPTIMIZERS:
-            mine = [p for p in points if (p["params"], p["batch_tokens"], p["optimizer"]) == (params, batch, opt)]
+            mine = [p for p in points if setting_of(p) == setting and p["optimizer"] == opt]
             if mine:
                 row.update({f"{opt}_{k}": v for k, v in best_lr(mine).items()})
         if "adamw_best_lr" in row and "adams_best_lr" in row:
@@ -121,13 +128,13 @@ def markdown(rows: list[dict]) -> str:
         fitted = row[f"{opt}_fitted_lr"]
         return text + (f", fit {fitted:.3g}" if fitted else "")
 
-    lines = ["| params | tokens/step | AdamW best lr (loss ± std, seeds) | AdamS best lr (loss ± std, seeds) | "
-             "ratio (grid) | ratio (fit) |", "| ---: | ---: | --- | --- | ---: | ---: |"]
+    lines = ["| params | tokens/step | steps | AdamW best lr (loss ± std, seeds) | AdamS best lr (loss ± std, seeds) | "
+             "ratio (grid) | ratio (fit) |", "| ---: | ---: | ---: | --- | --- | ---: | ---: |"]
     for row in rows:
         grid = f"{row['ratio_grid']:.3g}" if row.get("ratio_grid") else "—"
         fit = f"{row['ratio_fitted']:.3g}" if row.get("ratio_fitted") else "—"
-        lines.append(f"| {row['params']:,} | {row['batch_tokens']:,} | {lr(row, 'adamw')} | {lr(row, 'adams')} | "
-                     f"{grid} | {fit} |")
+        lines.append(f"| {row['params']:,} | {row['batch_tokens']:,} | {row['steps']:,} | {lr(row, 'adamw')} | "
+                     f"{lr(row, 'adams')} | {grid} | {fit} |")
     return "\n".join(lines) + "\n"
 
 
@@ -173,39 +180,50 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = sorted({p["params"] for p in points})
-    batches = sorted({p["batch_tokens"] for p in points})
-    colors = {b: plt.get_cmap("viridis")(i / max(1, len(batches) - 1) * 0.85) for i, b in enumerate(batches)}
-    with_noise = any("b_over_b_noise" in r for r in rows)
-    fig, axes = plt.subplots(1, 3 if with_noise else 2, figsize=(17 if with_noise else 12, 4.8))
+    settings = sorted({setting_of(p) for p in points})
+    varies = [k for k in SETTING if len({s[SETTING.index(k)] for s in settings}) > 1]
+    units = dict(params=lambda v: f"{v / 1e6:.2f}M", batch_tokens=lambda v: f"{v:,} tok", steps=lambda v: f"{v:,} steps")
+
+    def name(setting, skip=()):
+        return ", ".join(units[k](v) for k, v in zip(SETTING, setting) if k in varies and k not in skip)
+
+    colors = {s: plt.get_cmap("viridis")(i / max(1, len(settings) - 1) * 0.85) for i, s in enumerate(settings)}
+    # the ratio against each setting that varies, plus B/B_noise when known
+    axes_keys = [k for k in ("batch_tokens", "steps") if k in varies] or ["batch_tokens"]
+    axes_keys += ["b_over_b_noise"] if any("b_over_b_noise" in r for r in rows) else []
+    labels = dict(batch_tokens="batch (tokens per step)", steps="steps (run length)", b_over_b_noise="batch / B_noise (B_simple)")
+    fig, axes = plt.subplots(1, 1 + len(axes_keys), figsize=(5.5 + 5.5 * len(axes_keys), 4.8))
     ax = axes[0]
-    for size in sizes:
-        for batch in batches:
-            for opt, style in (("adamw", "o-"), ("adams", "s--")):
-                mine = sorted((p for p in points if (p["params"], p["batch_tokens"], p["optimizer"]) == (size, batch, opt)
-                               and math.isfinite(p["mean"])), key=lambda p: p["lr"])
-                if mine:
-                    ax.errorbar([p["lr"] for p in mine], [p["mean"] for p in mine], [p["std"] for p in mine], fmt=style,
-                                color=colors[batch], ms=4, lw=1.2, capsize=2,
-                                label=f"{opt}, {batch:,} tok" + (f", {size / 1e6:.1f}M" if len(sizes) > 1 else ""))
+    for setting in settings:
+        for opt, style in (("adamw", "o-"), ("adams", "s--")):
+            mine = sorted((p for p in points if setting_of(p) == setting and p["optimizer"] == opt
+                           and math.isfinite(p["mean"])), key=lambda p: p["lr"])
+            if mine:
+                ax.errorbar([p["lr"] for p in mine], [p["mean"] for p in mine], [p["std"] for p in mine], fmt=style,
+                            color=colors[setting], ms=4, lw=1.2, capsize=2, label=", ".join(filter(None, (opt, name(setting)))))
     ax.set(xscale="log", xlabel="peak learning rate", ylabel="final validation loss",
-           title="AdamW (solid) and AdamS (dashed) by batch")
+           title="AdamW (solid) and AdamS (dashed)")
     ax.legend(fontsize=7)
-    for ax, key, label in ((axes[1], "batch_tokens", "batch (tokens per step)"),
-                           *(((axes[2], "b_over_b_noise", "batch / B_noise (B_simple)"),) if with_noise else ())):
-        for size in sizes:
-            mine = [r for r in rows if r["params"] == size and r.get("ratio_grid") and key in r]
-            ax.plot([r[key] for r in mine], [r["ratio_grid"] for r in mine], "o-", label=f"{size / 1e6:.2f}M, grid")
+    for ax, key in zip(axes[1:], axes_keys):
+        along = "batch_tokens" if key == "b_over_b_noise" else key
+        lines: dict[tuple, list[dict]] = {}  # one line per setting of the other keys
+        for r in rows:
+            if r.get("ratio_grid") and key in r:
+                lines.setdefault(tuple(r[k] if k != along else None for k in SETTING), []).append(r)
+        for other, mine in lines.items():
+            mine.sort(key=lambda r: r[key])
+            label = name(other, skip=(along,)) or "ratio"
+            ax.plot([r[key] for r in mine], [r["ratio_grid"] for r in mine], "o-", label=f"{label}, grid")
             fitted = [r for r in mine if r.get("ratio_fitted")]
             if fitted:
-                ax.plot([r[key] for r in fitted], [r["ratio_fitted"] for r in fitted], "x:", label=f"{size / 1e6:.2f}M, fit")
+                ax.plot([r[key] for r in fitted], [r["ratio_fitted"] for r in fitted], "x:", label=f"{label}, fit")
         ax.axhline(1, color="gray", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel=label, ylabel="best lr(AdamS) / best lr(AdamW)",
+        ax.set(xscale="log", yscale="log", xlabel=labels[key], ylabel="best lr(AdamS) / best lr(AdamW)",
                title="does AdamW's lr carry over? (1 = yes)")
         ax.set_yticks([0.1, 0.2, 0.3, 0.5, 1.0], ["0.1", "0.2", "0.3", "0.5", "1"])
         ax.set_yticks([], minor=True)
         ticks = sorted({r[key] for r in rows if key in r})
-        ax.set_xticks(ticks, [f"{t:,.0f}" if key == "batch_tokens" else f"{t:.2g}" for t in ticks])
+        ax.set_xticks(ticks, [f"{t:,.0f}" if key != "b_over_b_noise" else f"{t:.2g}" for t in ticks])
         ax.set_xticks([], minor=True)
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -207,6 +207,20 @@ def test_lr_transfer_finds_each_optimizers_best_lr_and_the_ratio(tmp_path):
     assert (tmp_path / "t.png").exists() and (tmp_path / "t_points.csv").exists()
 
 
+def test_lr_transfer_keeps_run_lengths_apart(tmp_path):
+    # the same size and batch at two run lengths: AdamW's optimum 4e-3 over 10 steps and 2e-3 over 80,
+    # AdamS's 1e-3 at both. Pooled, the two lengths would blur into one optimum; kept apart, each is exact.
+    runs = []
+    for steps, opt, best in ((10, "adamw", 4e-3), (10, "adams", 1e-3), (80, "adamw", 2e-3), (80, "adams", 1e-3)):
+        for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3):
+            runs.append(fake_run(tmp_path / f"{opt}_{steps}_{lr}", opt, lr, math.log2(lr / best) ** 2 + 2,
+                                 max_iters=steps))
+    points, rows = lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "t")])
+    assert len(points) == 24 and [r["steps"] for r in rows] == [10, 80]
+    assert [r["ratio_fitted"] for r in rows] == [pytest.approx(0.25), pytest.approx(0.5)]
+    assert [line.split("|")[3].strip() for line in (tmp_path / "t.md").read_text().splitlines()[2:]] == ["10", "80"]
+
+
 def test_cuda_step_host_time_takes_the_triton_branch():
     # results/cpu/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
     # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
