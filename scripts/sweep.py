@@ -15,7 +15,8 @@ so a learning-rate grid keeps the paper's floor at a tenth of the peak:
 is started with ``--init_from=auto``, so an interrupted sweep picks up where it stopped: finished
 runs are skipped, half-finished ones resume. The summary (``summary.csv``, ``summary.md``, and a
 heatmap ``summary.png`` when the grid has two keys) gives the final validation loss per point as
-mean ± std over seeds; a run that diverged counts as inf.
+mean ± std over the seeds that have finished (the table says so when some have not); a run that
+diverged counts as inf.
 """
 
 from __future__ import annotations
@@ -116,8 +117,7 @@ def main(argv=None):
         return
 
     if args.summarize:
-        summarize(runs, list(grid), args.out)
-        return
+        return summarize(runs, list(grid), args.out)
 
     todo = [(p, s, d) for p, s, d in runs if not final_val_loss(d)[1]]
     print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run, {args.jobs} at a time")
@@ -137,42 +137,41 @@ def main(argv=None):
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         list(tqdm(pool.map(run, todo), total=len(todo), desc="sweep"))
-    summarize(runs, list(grid), args.out)
+    return summarize(runs, list(grid), args.out)
 
 
 def summarize(runs, keys: list[str], out: Path) -> list[dict]:
+    """Tabulate the runs; a point's mean ± std is over its finished seeds (inf if one diverged)."""
     rows, by_point = [], {}
     for point, seed, out_dir in runs:
         loss, done = final_val_loss(out_dir)
         value = loss if done and loss is not None and math.isfinite(loss) else math.inf
         rows.append(dict(point, seed=seed, val_loss=value, finished=done))
-        by_point.setdefault(tuple(point.items()), []).append(value)
+        by_point.setdefault(tuple(point.items()), []).append((value, done))
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "runs.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=[*keys, "seed", "val_loss", "finished"])
         writer.writeheader()
         writer.writerows(rows)
-    done = {}
-    for point, _, out_dir in runs:
-        key = tuple(point.items())
-        done[key] = done.get(key, True) and final_val_loss(out_dir)[1]
     summary = []
-    for point, values in by_point.items():
-        finite = [v for v in values if math.isfinite(v)]
-        mean = statistics.mean(values) if len(finite) == len(values) else math.inf
+    for point, runs_here in by_point.items():
+        values = [v for v, done in runs_here if done]
+        mean = statistics.mean(values) if values and all(map(math.isfinite, values)) else math.inf
         std = statistics.stdev(values) if len(values) > 1 and math.isfinite(mean) else 0.0
-        summary.append(dict(point, mean=mean, std=std, n=len(values), finished=done[point]))
+        summary.append(dict(point, mean=mean, std=std, n=len(values), seeds=len(runs_here),
+                            finished=len(values) == len(runs_here)))
     with open(out / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*keys, "mean", "std", "n", "finished"])
+        writer = csv.DictWriter(f, fieldnames=[*keys, "mean", "std", "n", "seeds", "finished"])
         writer.writeheader()
         writer.writerows(summary)
     lines = ["| " + " | ".join(keys + ["final val loss (mean ± std)", "seeds"]) + " |", "|" + " --- |" * (len(keys) + 2)]
     for s in summary:
-        if not s["finished"]:
+        if not s["n"]:
             cell = "not run yet"
         else:
             cell = f"{s['mean']:.4f} ± {s['std']:.4f}" if math.isfinite(s["mean"]) else "diverged"
-        lines.append("| " + " | ".join([str(s[k]) for k in keys] + [cell, str(s["n"])]) + " |")
+            cell += "" if s["finished"] else f" ({s['n']} of {s['seeds']} seeds so far)"
+        lines.append("| " + " | ".join([str(s[k]) for k in keys] + [cell, str(s["seeds"])]) + " |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     if len(keys) == 2:
@@ -193,8 +192,9 @@ def heatmap(summary: list[dict], keys: list[str], path: Path) -> None:
     labels = np.full((len(rows), len(cols)), "", dtype=object)
     for s in summary:
         i, j = rows.index(s[keys[0]]), cols.index(s[keys[1]])
-        grid[i, j] = s["mean"] if s["finished"] and math.isfinite(s["mean"]) else np.nan
-        labels[i, j] = "not run" if not s["finished"] else ("diverged" if np.isnan(grid[i, j]) else f"{grid[i, j]:.3f}")
+        grid[i, j] = s["mean"] if s["n"] and math.isfinite(s["mean"]) else np.nan
+        labels[i, j] = "not run" if not s["n"] else ("diverged" if np.isnan(grid[i, j]) else f"{grid[i, j]:.3f}")
+        labels[i, j] += "" if s["finished"] or not s["n"] else f"\n({s['n']} of {s['seeds']})"
     fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 2, 0.9 * len(rows) + 1.5))
     cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgrey")  # unfinished or diverged points in grey
     image = ax.imshow(grid, cmap=cmap)

@@ -169,6 +169,21 @@ def test_sweep_summarize_only_runs_nothing(sweep_out, tmp_path, capsys):
     assert not list(out.glob("beta1=0.9_beta2=0.9_seed=*"))  # nothing was started
 
 
+def test_sweep_summary_of_a_partly_finished_point_counts_its_finished_seeds(sweep_out, tmp_path, capsys):
+    out, args = sweep_out
+    i = args.index("--seeds")
+    more = args[: i + 3] + ["3"] + args[i + 3 :]  # the same grid and seeds 1 2, plus a seed 3 never run
+    summary = sweep.main([*more, "--summarize"])
+    text = capsys.readouterr().out
+    assert "(2 of 3 seeds so far) | 3 |" in text and "not run yet" not in text
+    with open(out / "runs.csv") as f:
+        losses = [float(r["val_loss"]) for r in csv.DictReader(f) if (r["beta1"], r["beta2"], r["seed"]) in
+                  (("0.9", "0.95", "1"), ("0.9", "0.95", "2"))]
+    point = next(s for s in summary if (s["beta1"], s["beta2"]) == ("0.9", "0.95"))
+    assert (point["n"], point["seeds"], point["finished"]) == (2, 3, False)
+    assert point["mean"] == pytest.approx(sum(losses) / 2)  # the unfinished seed does not make it inf
+
+
 def fake_run(folder, optimizer, lr, loss, seed=1, batch_tokens=2048, params=1000, max_iters=10):
     """A finished run as train.py leaves it, for the analysis scripts: config.json and metrics.jsonl."""
     folder.mkdir(parents=True)
