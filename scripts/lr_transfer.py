@@ -12,8 +12,8 @@ Then the ratio best-lr(AdamS) / best-lr(AdamW) per size, batch and run length.
 
 Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT.csv and OUT.md (best lr per
 optimizer and the ratio, per size, batch and run length) and OUT.png (loss against lr; the ratio
-against the batch and against the run length where either varies, and against B/B_noise when --noise
-gives noise_scale.py's CSV).
+against whichever of model size, batch and run length vary, and against B/B_noise when --noise gives
+noise_scale.py's CSV).
 """
 
 from __future__ import annotations
@@ -188,10 +188,11 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
         return ", ".join(units[k](v) for k, v in zip(SETTING, setting) if k in varies and k not in skip)
 
     colors = {s: plt.get_cmap("viridis")(i / max(1, len(settings) - 1) * 0.85) for i, s in enumerate(settings)}
-    # the ratio against each setting that varies, plus B/B_noise when known
-    axes_keys = [k for k in ("batch_tokens", "steps") if k in varies] or ["batch_tokens"]
+    # the ratio against each of size, batch and run length that varies, plus B/B_noise when known
+    axes_keys = varies or ["batch_tokens"]
     axes_keys += ["b_over_b_noise"] if any("b_over_b_noise" in r for r in rows) else []
-    labels = dict(batch_tokens="batch (tokens per step)", steps="steps (run length)", b_over_b_noise="batch / B_noise (B_simple)")
+    labels = dict(params="parameters", batch_tokens="batch (tokens per step)", steps="steps (run length)",
+                  b_over_b_noise="batch / B_noise (B_simple)")
     fig, axes = plt.subplots(1, 1 + len(axes_keys), figsize=(5.5 + 5.5 * len(axes_keys), 4.8))
     ax = axes[0]
     for setting in settings:
@@ -223,7 +224,7 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
         ax.set_yticks([0.1, 0.2, 0.3, 0.5, 1.0], ["0.1", "0.2", "0.3", "0.5", "1"])
         ax.set_yticks([], minor=True)
         ticks = sorted({r[key] for r in rows if key in r})
-        ax.set_xticks(ticks, [f"{t:,.0f}" if key != "b_over_b_noise" else f"{t:.2g}" for t in ticks])
+        ax.set_xticks(ticks, [units[key](t).split()[0] if key in units else f"{t:.2g}" for t in ticks])
         ax.set_xticks([], minor=True)
         ax.legend(fontsize=7)
     fig.tight_layout()
