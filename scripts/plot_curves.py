@@ -58,6 +58,9 @@ def main(argv=None):
     finals = []
     for label, runs in sorted(groups.items()):
         xs = sorted(set.intersection(*({e[args.x] for e in evals} for evals in runs)))[args.skip_first:]
+        if not xs:  # e.g. a run that has only just started
+            print(f"left out {label}: its runs share no evaluation after the first {args.skip_first}")
+            continue
         by_x = [{e[args.x]: e["val_loss"] for e in evals} for evals in runs]
         means = [statistics.mean(r[x] for r in by_x) for x in xs]
         stds = [statistics.stdev(r[x] for r in by_x) if len(by_x) > 1 else 0.0 for x in xs]
@@ -82,7 +85,7 @@ def main(argv=None):
         writer = csv.DictWriter(f, fieldnames=["group", "x", "mean", "std", "n"])
         writer.writeheader()
         writer.writerows(rows)
-    for label in sorted(groups):
+    for label in sorted({r["group"] for r in rows}):
         last = [r for r in rows if r["group"] == label][-1]
         print(f"{label}: final val loss {last['mean']:.4f} ± {last['std']:.4f} (n={last['n']})")
     print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.csv')}")

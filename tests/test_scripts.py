@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import shutil
 
 import pytest
 
@@ -113,6 +114,19 @@ def test_plot_curves_groups_seeds(sweep_out, tmp_path):
     assert {r["group"] for r in rows} == {"0.95", "0.999"}
     assert all(r["n"] == 2 for r in rows)
     assert (tmp_path / "c.png").exists() and (tmp_path / "c.csv").exists()
+
+
+def test_plot_curves_leaves_out_a_run_that_has_only_just_started(sweep_out, tmp_path, capsys):
+    out, _ = sweep_out
+    started = tmp_path / "started"  # config.json and the untrained model's evaluation, nothing more
+    started.mkdir()
+    shutil.copy(out / "beta1=0.9_beta2=0.95_seed=1" / "config.json", started / "config.json")
+    first = next(line for line in (out / "beta1=0.9_beta2=0.95_seed=1" / "metrics.jsonl").read_text().splitlines()
+                 if '"eval"' in line)
+    (started / "metrics.jsonl").write_text(first + "\n")
+    runs = [*map(str, sorted(out.glob("beta1=0.9_beta2=0.999_*"))), str(started)]
+    rows = plot_curves.main([*runs, "--group", "beta2", "--out", str(tmp_path / "c")])
+    assert {r["group"] for r in rows} == {"0.999"} and "left out 0.95" in capsys.readouterr().out
 
 
 def test_bench_optim_small_writes_json(tmp_path):
