@@ -98,6 +98,21 @@ def test_sweep_prints_torchrun_commands(tmp_path, capsys):
     assert "--init_from=auto" in lines[0]
 
 
+def test_sweep_pins_each_runs_threads(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_run(cmd, env, **_):
+        seen.append(env["OMP_NUM_THREADS"])
+        return type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setattr(sweep.subprocess, "run", fake_run)
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)
+    grid = ["--grid", "learning_rate=1e-3,2e-3", "--out", str(tmp_path)]
+    sweep.main(grid + ["--jobs", "2"])
+    sweep.main(grid + ["--jobs", "2", "--threads", "1"])
+    assert seen == ["4", "4", "1", "1"]  # cores // jobs unless told
+
+
 def test_sweep_set_scales_a_grid_key(tmp_path, capsys):
     sweep.main(["--grid", "learning_rate=1e-3,4e-3", "--set", "min_lr=0.1*learning_rate", "--set", "max_iters=5",
                 "--out", str(tmp_path), "--print-commands"])

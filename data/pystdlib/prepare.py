@@ -6,6 +6,13 @@ Every machine with Python has this text (about 13 MB of .py files in the standar
 folder, tests and site-packages left out), so the default training run needs no download.
 Tokens are raw UTF-8 bytes (vocab 256). The split is by file and deterministic: files are
 sorted by path, and every 20th file goes to validation (about 5%).
+
+The same files as GPT-2 BPE tokens (vocab 50257, each file followed by end-of-text), for runs
+that want GPT-2's vocabulary on the same text; needs tiktoken's GPT-2 files (the network, or
+TIKTOKEN_CACHE_DIR pointing at a copy):
+
+    python -m data.pystdlib.prepare --tokenizer tiktoken:gpt2 --out data/pystdlib_gpt2
+    python train.py config/repro/cpu_adams.py --dataset=pystdlib_gpt2
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import sysconfig
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from tokens import TokenWriter
 
@@ -28,17 +36,25 @@ def source_files(stdlib: Path) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(stdlib).as_posix())
 
 
-def prepare(out_dir: Path, stdlib: Path | None = None, quiet: bool = False) -> dict[str, int]:
-    """Write out_dir/train.bin and out_dir/val.bin; return their token counts."""
+def prepare(out_dir: Path, stdlib: Path | None = None, quiet: bool = False, tokenizer: str | None = None) -> dict[str, int]:
+    """Write out_dir/train.bin and out_dir/val.bin; return their token counts.
+
+    tokenizer: None for bytes, else a data.text tokenizer spec such as "tiktoken:gpt2"."""
     stdlib = Path(stdlib or sysconfig.get_paths()["stdlib"])
     files = source_files(stdlib)
     if not files:
         raise SystemExit(f"found no .py files under {stdlib}; pass --stdlib PATH to a Python source tree")
+    if tokenizer is None:
+        vocab, encode = VOCAB_SIZE, lambda raw: np.frombuffer(raw, dtype=np.uint8)
+    else:
+        from data.text import load_tokenizer
+
+        tok = load_tokenizer(tokenizer)
+        vocab, encode = tok.n_vocab, lambda raw: tok.encode(raw.decode("utf-8", errors="replace")) + [tok.eot]
     counts = {}
-    with TokenWriter(out_dir / "train.bin", VOCAB_SIZE) as train, TokenWriter(out_dir / "val.bin", VOCAB_SIZE) as val:
-        for i, path in enumerate(files):
-            data = np.frombuffer(path.read_bytes(), dtype=np.uint8)
-            (val if i % VAL_EVERY == VAL_EVERY - 1 else train).write(data)
+    with TokenWriter(out_dir / "train.bin", vocab) as train, TokenWriter(out_dir / "val.bin", vocab) as val:
+        for i, path in enumerate(files if tokenizer is None or quiet else tqdm(files, desc=f"{tokenizer} tokens")):
+            (val if i % VAL_EVERY == VAL_EVERY - 1 else train).write(encode(path.read_bytes()))
         counts = {"train": train.count, "val": val.count}
     if not quiet:
         print(f"{len(files)} files from {stdlib}: train {counts['train']:,} tokens, val {counts['val']:,} tokens -> {out_dir}")
@@ -49,5 +65,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
     parser.add_argument("--stdlib", type=Path, help="folder to read instead of this Python's standard library")
+    parser.add_argument("--tokenizer", help="bytes if left out; tiktoken:gpt2 for GPT-2's BPE (see data/text.py)")
     args = parser.parse_args()
-    prepare(args.out, args.stdlib)
+    prepare(args.out, args.stdlib, tokenizer=args.tokenizer)
