@@ -182,7 +182,7 @@ def load_model_weights(state: dict, model: torch.nn.Module) -> None:
 
 
 def check_shape(state: dict, config: dict, path: str = "the checkpoint") -> None:
-    """Refuse a checkpoint whose model differs from the config's, naming the field."""
+    """Refuse a checkpoint whose model (or optimizer grouping) differs from the config's, naming the field."""
     shape = {"model": state.get("model_type", "gpt2"), **state["model_args"]}
     for key in ("model", *MODEL_SHAPE):
         if key not in shape:  # (Llama has no bias setting)
@@ -191,6 +191,11 @@ def check_shape(state: dict, config: dict, path: str = "the checkpoint") -> None
         if theirs != ours:
             raise UserError(f"{path} has {key}={theirs} but the config says {key}={ours}; "
                             f"resume with --{key}={theirs}, or start a new run in another out_dir")
+    # the optimizer's groups are saved with it, so a changed lr split would not load (or be overridden)
+    theirs, ours = state.get("config", {}).get("embedding_lr_scale", 1.0), config.get("embedding_lr_scale", 1.0)
+    if theirs != ours:
+        raise UserError(f"{path} was trained with embedding_lr_scale={theirs:g} but the config says {ours:g}; "
+                        f"resume with --embedding_lr_scale={theirs:g}, or start a new run in another out_dir")
 
 
 def clean_state_dict(state_dict: dict) -> dict:

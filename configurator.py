@@ -63,6 +63,7 @@ class TrainConfig:
     beta2: float = 0.95  # second-moment coefficient; AdamS: the old momentum's weight in v (keep < 0.99)
     eps: float = 1e-8  # for optimizers that take one
     bias_correction: bool = True  # AdamS: divide the momentum by 1 - beta1^t (the authors' code)
+    embedding_lr_scale: float = 1.0  # the token embedding's and output head's lr, as a multiple of the schedule's
     implementation: str = "auto"  # 'auto', 'loop', 'foreach' or 'fused' where the optimizer has them
     grad_clip: float = 1.0  # clip the gradient's global norm to this; 0 disables
     max_consecutive_skips: int = 10  # a NaN/Inf loss or gradient skips the step; stop after this many in a row (0: at the first)

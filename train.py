@@ -121,7 +121,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     model, autocast = distributed.parallelize(raw_model, raw_model.blocks, dist_, getattr(torch, dtype),
                                               fsdp=cfg.fsdp, compile=cfg.compile)
     optimizer = build_optimizer(cfg.optimizer, raw_model, implementation=cfg.implementation,
-                                **optimizer_kwargs(cfg, announce=main_rank))
+                                embedding_lr_scale=cfg.embedding_lr_scale, **optimizer_kwargs(cfg, announce=main_rank))
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
     log = metrics.Log(out_dir, main_rank, wandb_run=start_wandb(cfg) if cfg.wandb_log and main_rank else None)
     progress = checkpoint.Progress()
@@ -172,7 +172,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
         for it in range(progress.iter, progress.iter if cfg.eval_only else cfg.max_iters):
             lr = get_lr(it, cfg)
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group.get("lr_scale", 1.0)
             loss_sum = torch.zeros((), device=device)
             for micro in range(micro_steps):
                 distributed.sync_gradients(model, micro == micro_steps - 1)  # reduce on the last micro-step only

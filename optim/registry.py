@@ -96,27 +96,55 @@ def implementation_kwargs(name: str, implementation: str, params: list[torch.Ten
     return {implementation: True}
 
 
-def param_groups(model: nn.Module, weight_decay: float, named: bool = False) -> list[dict]:
-    """nanoGPT's groups: tensors with dim >= 2 (matmul weights, embeddings) decay; biases and norms don't."""
+def token_embeddings(model: nn.Module) -> set[str]:
+    """Names of the parameters that map tokens to vectors or back: every embedding with a row per
+    token (``model.config.vocab_size``) and the output head ``lm_head`` where there is one. GPT-2
+    ties its head to the embedding; named_parameters lists that tensor once, as the embedding."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    out = {f"{prefix}.weight" for prefix, module in model.named_modules()
+           if isinstance(module, nn.Embedding) and module.num_embeddings == vocab}
+    if isinstance(getattr(model, "lm_head", None), nn.Linear):
+        out.add("lm_head.weight")
+    return out
+
+
+def param_groups(model: nn.Module, weight_decay: float, named: bool = False, embedding_lr_scale: float = 1.0) -> list[dict]:
+    """nanoGPT's groups: tensors with dim >= 2 (matmul weights, embeddings) decay; biases and norms don't.
+
+    With ``embedding_lr_scale`` != 1 the token embedding and output head get a third group whose
+    ``lr_scale`` key says what multiple of the schedule's lr it takes (train.py honours it)."""
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    decay = [(n, p) for n, p in params if p.dim() >= 2]
+    embed = token_embeddings(model) if embedding_lr_scale != 1 else set()
+    decay = [(n, p) for n, p in params if p.dim() >= 2 and n not in embed]
     no_decay = [(n, p) for n, p in params if p.dim() < 2]
-    for label, items in (("decayed", decay), ("not decayed", no_decay)):
+    embedding = [(n, p) for n, p in params if n in embed]
+    if embedding_lr_scale != 1 and not embedding:
+        raise ValueError("embedding_lr_scale needs a model with token embeddings (nn.Embedding with "
+                         "config.vocab_size rows, or an lm_head); this one has none")
+    labelled = [("decayed", decay), ("not decayed", no_decay)]
+    labelled += [(f"token embeddings (decayed, lr x{embedding_lr_scale:g})", embedding)] if embedding else []
+    for label, items in labelled:
         log.info("%s: %d tensors, %s parameters", label, len(items), f"{sum(p.numel() for _, p in items):,}")
     pick = (lambda items: items) if named else (lambda items: [p for _, p in items])
-    return [
+    groups = [
         {"params": pick(decay), "weight_decay": weight_decay},
         {"params": pick(no_decay), "weight_decay": 0.0},
     ]
+    if embedding:
+        groups.append({"params": pick(embedding), "weight_decay": weight_decay, "lr_scale": embedding_lr_scale})
+    return groups
 
 
-def build_optimizer(name: str, model: nn.Module, implementation: str = "auto", **hyperparams) -> torch.optim.Optimizer:
+def build_optimizer(name: str, model: nn.Module, implementation: str = "auto", embedding_lr_scale: float = 1.0,
+                    **hyperparams) -> torch.optim.Optimizer:
     """The optimizer ``name`` over ``model``'s parameters in nanoGPT's two weight-decay groups.
 
     ``hyperparams`` go to the optimizer's constructor (``lr``, ``betas``, ``weight_decay``, ...);
     ``weight_decay`` applies to the decayed group only. ``implementation`` picks the loop,
     foreach or fused code path where the optimizer has them ("auto" picks the fastest sensible
     one). An optimizer that takes ``n_head`` (Adam-mini) gets ``model.config.n_head`` unless given.
+    ``embedding_lr_scale`` puts the token embedding and output head in a group of their own at that
+    multiple of the lr (``param_groups``).
     """
     entry = _lookup(name)
     accepted = hyperparameters(name)
@@ -128,7 +156,10 @@ def build_optimizer(name: str, model: nn.Module, implementation: str = "auto", *
     weight_decay = hyperparams.pop("weight_decay", 0.0)
     if "n_head" in accepted and "n_head" not in hyperparams and hasattr(getattr(model, "config", None), "n_head"):
         hyperparams["n_head"] = model.config.n_head
-    groups = param_groups(model, weight_decay, named=entry.named)
+    groups = param_groups(model, weight_decay, named=entry.named, embedding_lr_scale=embedding_lr_scale)
+    for group in groups:
+        if "lr" in hyperparams and "lr_scale" in group:
+            group["lr"] = hyperparams["lr"] * group["lr_scale"]
     flat = [p for g in groups for p in g["params"]] if not entry.named else [p for g in groups for _, p in g["params"]]
     kwargs = implementation_kwargs(name, implementation, flat)
     optimizer = entry.factory(groups, **hyperparams, **kwargs)

@@ -23,10 +23,15 @@ keeps; each one is a point along the run). At each checkpoint's weights:
 3. **The measured ratio** (AdamW runs only): from the checkpoint's AdamW state and the gradient
    of the run's very next batch (accumulated and clipped as the run does), the update AdamW made
    and the one AdamS would have made from the same momentum, as scripts/update_alignment.py
-   computes them; their length ratio, per tensor and overall.
+   computes them; their length ratio, per tensor, over the whole model ('all') and over every
+   tensor but the token embedding and the output head ('body'). R̄, the ratio the lr rule divides by, is the body's: with GPT-2's 50K vocabulary
+   the embedding holds most of a small model's weights and steps far less long under AdamS than
+   the blocks do, while AdamS's best lr followed the blocks (results/README.md, "GPT-2's
+   vocabulary").
 
-Writes OUT.csv (one row per run, checkpoint and tensor, plus 'all'), OUT_ratio.csv (predicted R
-at every --batch_tokens) and OUT.png, and prints a summary.
+Writes OUT.csv (one row per run, checkpoint and tensor, plus 'body' and 'all'; the summed squares
+of both updates too, so any other group's ratio can be formed from it), OUT_ratio.csv (predicted
+R at every --batch_tokens) and OUT.png, and prints a summary.
 """
 
 from __future__ import annotations
@@ -41,9 +46,11 @@ import torch
 import checkpoint
 import dataset
 from model import LanguageModel, architecture
+from optim.registry import token_embeddings
 
 PAPER_BATCH = 491_520  # tokens per step in the paper's GPT-2 runs (480 x 1024)
 ALL = "all"
+BODY = "body"  # every tensor but the token embedding and the output head
 
 
 # --- the estimators: pure functions of gradient samples -------------------------------------------
@@ -220,6 +227,8 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
             updates[name] = adamw_and_adams_updates(g.double(), m, v, step, b1, b2, eps)
             drift[name] = drift_variance(m, v, step, b1, b2, var[name] * b / run_batch)
     names = list(mean)
+    embeddings = token_embeddings(model)
+    body = [n for n in names if n not in embeddings]
 
     def flat(source: dict, picked: list[str]) -> torch.Tensor:
         return torch.cat([source[n].flatten() for n in picked])
@@ -236,19 +245,20 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
 
     common = dict(iter=it, tokens_per_micro_batch=b, micro_batches=k, run_batch_tokens=run_batch)
     rows = []
-    for name in [*names, ALL]:
-        picked = names if name == ALL else [name]
+    groups = {n: [n] for n in names} | ({BODY: body} if body and len(body) < len(names) else {}) | {ALL: names}
+    for name, picked in groups.items():
         m, v = flat(mean, picked), flat(var, picked)
         mu2, s2 = batch_noise_moments(m, v, k, b, run_batch)
         snr = (mu2 / s2)[v > 0].sqrt()
         alone, with_drift = predictions(picked, run_batch)
         row = dict(common, tensor=name, numel=m.numel(), **noise_scale(m, v, k, b),
                    snr_median=snr.median().item() if snr.numel() else math.nan, predicted_ratio=alone,
-                   predicted_ratio_drift=with_drift, measured_ratio=math.nan)
+                   predicted_ratio_drift=with_drift, measured_ratio=math.nan, adamw_update_sq=math.nan,
+                   adams_update_sq=math.nan)
         if updates:
-            adamw_sq = sum(updates[n][0].pow(2).sum().item() for n in picked)
-            adams_sq = sum(updates[n][1].pow(2).sum().item() for n in picked)
-            row["measured_ratio"] = math.sqrt(adams_sq / adamw_sq)
+            row["adamw_update_sq"] = sum(updates[n][0].pow(2).sum().item() for n in picked)
+            row["adams_update_sq"] = sum(updates[n][1].pow(2).sum().item() for n in picked)
+            row["measured_ratio"] = math.sqrt(row["adams_update_sq"] / row["adamw_update_sq"])
         rows.append(row)
     ratio_rows = []
     for batch in sorted({*batch_tokens, run_batch}):
@@ -289,24 +299,28 @@ def main(argv=None):
               f"AdamS/AdamW step length predicted {row['predicted_ratio']:.2f} from sampling noise, "
               f"{row['predicted_ratio_drift']:.2f} with drift{measured}")
     run_dirs = {run_name(run): run for run in args.runs}
+    whole = typical_ratio(rows, ALL)
     for run, (ratio, n) in typical_ratio(rows).items():
         lr = checkpoint.load_file(checkpoint.checkpoints(run_dirs[run])[0])["config"]["learning_rate"]
-        print(f"{run}: AdamS's steps are {ratio:.2f}x AdamW's (geometric mean over {n} checkpoints), so AdamS's peak "
-              f"lr is about AdamW's best lr / {ratio:.2f} (from this run's lr {lr:g}: {lr / ratio:.2g}); scan x2 either "
-              f"side (results/README.md, 'R̄ at both widths': this ratio barely moves with the run's lr)")
+        print(f"{run}: R̄ = {ratio:.2f}: AdamS's steps outside the token embeddings are {ratio:.2f}x AdamW's "
+              f"(geometric mean over {n} checkpoints; {whole[run][0]:.2f}x over the whole model), so AdamS's peak lr "
+              f"is about AdamW's best lr / {ratio:.2f} (from this run's lr {lr:g}: {lr / ratio:.2g}); scan x2 either "
+              f"side, lower first (results/README.md, 'R̄ at both widths': this ratio barely moves with the run's lr)")
     plot(rows, ratio_rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.csv')}, {args.out.name}_ratio.csv and {args.out.with_suffix('.png')}")
     return rows, ratio_rows
 
 
-def typical_ratio(rows: list[dict]) -> dict[str, tuple[float, int]]:
-    """Per run, the geometric mean of the measured whole-model AdamS/AdamW step-length ratio over
-    its checkpoints, and how many there were (runs without a measured ratio are left out).
-    AdamW's peak lr divided by it estimates AdamS's best peak lr (results/README.md)."""
+def typical_ratio(rows: list[dict], group: str = BODY) -> dict[str, tuple[float, int]]:
+    """Per run, R̄: the geometric mean over its checkpoints of the measured AdamS/AdamW step-length
+    ratio of ``group`` (the body, or the whole model where a run has no separate body row), and how
+    many checkpoints there were (runs without a measured ratio are left out). AdamW's best peak lr
+    divided by the body's R̄ estimates AdamS's best peak lr (results/README.md)."""
     out = {}
     for run in dict.fromkeys(r["run"] for r in rows):
-        ratios = [r["measured_ratio"] for r in rows
-                  if r["run"] == run and r["tensor"] == ALL and not math.isnan(r["measured_ratio"])]
+        mine = [r for r in rows if r["run"] == run]
+        pick = group if any(r["tensor"] == group for r in mine) else ALL
+        ratios = [r["measured_ratio"] for r in mine if r["tensor"] == pick and not math.isnan(r["measured_ratio"])]
         if ratios:
             out[run] = (math.exp(sum(map(math.log, ratios)) / len(ratios)), len(ratios))
     return out
@@ -341,7 +355,8 @@ def plot(rows: list[dict], ratio_rows: list[dict], path: Path) -> None:
             if not math.isnan(curve[0]["predicted_ratio_drift"]):
                 right.plot([r["batch_tokens"] for r in curve], [r["predicted_ratio_drift"] for r in curve], "--",
                            color=colors[run], alpha=alpha, lw=1.2)
-        measured = [r for r in overall if not math.isnan(r["measured_ratio"])]
+        body = [r for r in rows if r["run"] == run and r["tensor"] == BODY] or overall
+        measured = [r for r in body if not math.isnan(r["measured_ratio"])]
         if measured:
             right.scatter([r["run_batch_tokens"] for r in measured], [r["measured_ratio"] for r in measured],
                           color=colors[run], marker="x", s=40, zorder=3)
@@ -353,7 +368,7 @@ def plot(rows: list[dict], ratio_rows: list[dict], path: Path) -> None:
     right.axhline(1, color="gray", lw=0.6)
     right.set(xscale="log", xlabel="batch (tokens per step)", ylabel="AdamS step length / AdamW's",
               title="step-length ratio: predicted from sampling noise (solid),\n"
-                    "+ the gradient's drift (dashed); measured (x)")
+                    "+ the gradient's drift (dashed); measured outside the token embeddings (x)")
     right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=130)

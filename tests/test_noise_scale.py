@@ -87,6 +87,10 @@ def test_typical_ratio_is_the_geometric_mean_over_checkpoints():
     rows = [dict(run="a/x", tensor=ns.ALL, measured_ratio=2.0), dict(run="a/x", tensor="wte", measured_ratio=100.0),
             dict(run="a/x", tensor=ns.ALL, measured_ratio=8.0), dict(run="b/y", tensor=ns.ALL, measured_ratio=math.nan)]
     assert ns.typical_ratio(rows) == {"a/x": (pytest.approx(4.0), 2)}  # sqrt(2 * 8); b/y measured nothing
+    # where a run has a body row (all but the token embeddings), R̄ is the body's
+    rows += [dict(run="a/x", tensor=ns.BODY, measured_ratio=3.0), dict(run="a/x", tensor=ns.BODY, measured_ratio=12.0)]
+    assert ns.typical_ratio(rows) == {"a/x": (pytest.approx(6.0), 2)}
+    assert ns.typical_ratio(rows, ns.ALL) == {"a/x": (pytest.approx(4.0), 2)}
 
 
 def test_updates_match_torch_adamw_and_our_adams():
@@ -120,6 +124,13 @@ def test_on_a_real_run_the_measured_update_is_the_step_the_run_took(data_dir, tm
                                 "--out", str(tmp_path / "noise")])
     overall = [r for r in rows if r["tensor"] == ns.ALL]
     assert [r["iter"] for r in overall] == [1, 2, 3, 4, 5, 6]
+    for it in (1, 6):  # the body is every tensor but the token embedding, and its sums add up
+        mine = {r["tensor"]: r for r in rows if r["iter"] == it}
+        assert mine[ns.BODY]["numel"] == mine[ns.ALL]["numel"] - mine["transformer.wte.weight"]["numel"]
+        for key in ("adamw_update_sq", "adams_update_sq"):
+            assert mine[ns.BODY][key] + mine["transformer.wte.weight"][key] == pytest.approx(mine[ns.ALL][key])
+        assert mine[ns.BODY]["measured_ratio"] == pytest.approx(
+            math.sqrt(mine[ns.BODY]["adams_update_sq"] / mine[ns.BODY]["adamw_update_sq"]))
     assert all(r["measured_ratio"] > 0 and r["predicted_ratio"] >= 1 - 1e-9 for r in overall)
     assert {r["batch_tokens"] for r in ratio_rows} == {256, 4096, 2 * 8 * 32}  # the run's own batch is added
     for name in ("noise.csv", "noise_ratio.csv", "noise.png"):

@@ -536,3 +536,38 @@ def test_torch_lr_schedulers_drive_adams(impl):
                             (0.1 * sum(0.9**k for k in range(step + 1))) /
                             math.sqrt(0.95 * (0.1 * sum(0.9**k for k in range(step))) ** 2 + 0.05))
         torch.testing.assert_close(before - p.detach(), torch.full_like(p, want), rtol=1e-5, atol=0)
+
+
+def test_token_embeddings_are_found_by_role_not_by_shape():
+    # width == vocab, so shape alone would also catch the square matrices and the norms
+    from model import GPT, GPTConfig
+    from model_llama import Llama, LlamaConfig
+    from optim.registry import token_embeddings
+
+    gpt = GPT(GPTConfig(vocab_size=64, n_embd=64, n_head=2, n_layer=1, block_size=8))  # head tied to wte
+    assert token_embeddings(gpt) & {n for n, _ in gpt.named_parameters()} == {"transformer.wte.weight"}
+    llama = Llama(LlamaConfig(vocab_size=64, n_embd=64, n_head=2, n_layer=1, block_size=8, multiple_of=16))  # untied
+    assert token_embeddings(llama) & {n for n, _ in llama.named_parameters()} == {"model.embed_tokens.weight",
+                                                                                   "lm_head.weight"}
+
+
+def test_embedding_lr_scale_scales_exactly_the_embeddings_step():
+    from model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(vocab_size=64, n_embd=32, n_head=2, n_layer=1, block_size=8))
+    idx = torch.randint(0, 64, (2, 8))
+    steps = {}
+    for scale in (1.0, 2.5):
+        model = copy.deepcopy(base)
+        opt = build_optimizer("adams", model, lr=1e-2, weight_decay=0.1, embedding_lr_scale=scale)
+        assert len(opt.param_groups) == (2 if scale == 1 else 3)
+        model(idx, idx)[1].backward()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt.step()
+        steps[scale] = {n: before[n] - p.detach() for n, p in model.named_parameters()}
+    for name, step in steps[2.5].items():  # lr and decoupled decay both scale with the group's lr
+        factor = 2.5 if name == "transformer.wte.weight" else 1.0
+        assert torch.allclose(step, factor * steps[1.0][name], rtol=1e-5, atol=1e-9), name
+    with pytest.raises(ValueError, match="needs a model with token embeddings"):
+        build_optimizer("adams", nn.Linear(3, 3), lr=1e-3, embedding_lr_scale=2.0)

@@ -167,3 +167,16 @@ def test_wandb_logging_works_offline(data_dir, tmp_path, monkeypatch):
     train.main(cfg)
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb")), "wandb wrote no offline run"
+
+
+def test_embedding_lr_scale_holds_through_the_schedule(data_dir, tmp_path):
+    # scale 0: the schedule gives the embedding lr 0 (so no step and no decay) at every iteration
+    cfg = tiny_config(data_dir, tmp_path / "run", optimizer="adams", max_iters=4, eval_interval=2, keep_checkpoints=3,
+                      embedding_lr_scale=0.0)
+    train.main(cfg)
+    first, last = (checkpoint.load_file(p)["model"] for p in checkpoint.checkpoints(cfg.out_dir)[-2:])
+    assert torch.equal(first["transformer.wte.weight"], last["transformer.wte.weight"])
+    assert not torch.equal(first["transformer.h.0.attn.c_attn.weight"], last["transformer.h.0.attn.c_attn.weight"])
+    cfg2 = tiny_config(data_dir, tmp_path / "run", optimizer="adams", max_iters=6, eval_interval=2, init_from="resume")
+    with pytest.raises(UserError, match="trained with embedding_lr_scale=0 but the config says 1; resume with"):
+        train.main(cfg2)
