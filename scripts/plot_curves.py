@@ -25,6 +25,9 @@ def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
 def group_of(out_dir: Path, config: dict, keys: list[str] | None) -> str:
     if not keys:
         return out_dir.name
+    from configurator import TrainConfig, as_dict
+
+    config = {**as_dict(TrainConfig()), **config}  # a setting added after the run was made has its default
     missing = [k for k in keys if k not in config]
     if missing:
         raise SystemExit(f"{out_dir}: its config has no key {missing[0]!r} to group by")

@@ -131,6 +131,19 @@ def test_plot_curves_groups_seeds(sweep_out, tmp_path):
     assert (tmp_path / "c.png").exists() and (tmp_path / "c.csv").exists()
 
 
+def test_plot_curves_gives_a_setting_newer_than_the_run_its_default(sweep_out, tmp_path):
+    out, _ = sweep_out
+    old = tmp_path / "old_run"
+    shutil.copytree(out / "beta1=0.9_beta2=0.95_seed=1", old)
+    saved = json.loads((old / "config.json").read_text())
+    del saved["config"]["embedding_lr_scale"]  # as written before the setting existed
+    (old / "config.json").write_text(json.dumps(saved))
+    rows = plot_curves.main([str(old), "--group", "beta2", "embedding_lr_scale", "--out", str(tmp_path / "c")])
+    assert {r["group"] for r in rows} == {"beta2=0.95, embedding_lr_scale=1.0"}
+    with pytest.raises(SystemExit, match="has no key 'no_such_key'"):
+        plot_curves.main([str(old), "--group", "no_such_key", "--out", str(tmp_path / "c")])
+
+
 def test_plot_curves_leaves_out_a_run_that_has_only_just_started(sweep_out, tmp_path, capsys):
     out, _ = sweep_out
     started = tmp_path / "started"  # config.json and the untrained model's evaluation, nothing more
