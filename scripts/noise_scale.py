@@ -24,10 +24,10 @@ keeps; each one is a point along the run). At each checkpoint's weights:
    of the run's very next batch (accumulated and clipped as the run does), the update AdamW made
    and the one AdamS would have made from the same momentum, as scripts/update_alignment.py
    computes them; their length ratio, per tensor, over the whole model ('all') and over every
-   tensor but the token embedding and the output head ('body'). R̄, the ratio the lr rule divides by, is the body's: with GPT-2's 50K vocabulary
-   the embedding holds most of a small model's weights and steps far less long under AdamS than
-   the blocks do, while AdamS's best lr followed the blocks (results/README.md, "GPT-2's
-   vocabulary").
+   tensor but the token embedding and the output head ('body'). R̄, the ratio the lr rule
+   divides by, is the body's: with GPT-2's 50K vocabulary the embedding holds most of a small
+   model's weights and steps far less long under AdamS than the blocks do, while AdamS's best lr
+   followed the blocks (results/README.md, "GPT-2's vocabulary").
 
 Writes OUT.csv (one row per run, checkpoint and tensor, plus 'body' and 'all'; the summed squares
 of both updates too, so any other group's ratio can be formed from it), OUT_ratio.csv (predicted
@@ -244,6 +244,7 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
         return alone, ratio(update_sq_sums(mu2, d2 + v * b / batch, b1, b2))
 
     common = dict(iter=it, tokens_per_micro_batch=b, micro_batches=k, run_batch_tokens=run_batch)
+    update_sq = {n: (u_w.pow(2).sum().item(), u_s.pow(2).sum().item()) for n, (u_w, u_s) in updates.items()}
     rows = []
     groups = {n: [n] for n in names} | ({BODY: body} if body and len(body) < len(names) else {}) | {ALL: names}
     for name, picked in groups.items():
@@ -256,8 +257,8 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
                    predicted_ratio_drift=with_drift, measured_ratio=math.nan, adamw_update_sq=math.nan,
                    adams_update_sq=math.nan)
         if updates:
-            row["adamw_update_sq"] = sum(updates[n][0].pow(2).sum().item() for n in picked)
-            row["adams_update_sq"] = sum(updates[n][1].pow(2).sum().item() for n in picked)
+            row["adamw_update_sq"] = sum(update_sq[n][0] for n in picked)
+            row["adams_update_sq"] = sum(update_sq[n][1] for n in picked)
             row["measured_ratio"] = math.sqrt(row["adams_update_sq"] / row["adamw_update_sq"])
         rows.append(row)
     ratio_rows = []
