@@ -24,14 +24,14 @@ keeps; each one is a point along the run). At each checkpoint's weights:
    of the run's very next batch (accumulated and clipped as the run does), the update AdamW made
    and the one AdamS would have made from the same momentum, as scripts/update_alignment.py
    computes them; their length ratio, per tensor, over the whole model ('all') and over every
-   tensor but the token embedding and the output head ('body'). R̄, the ratio the lr rule
-   divides by, is the body's: with GPT-2's 50K vocabulary the embedding holds most of a small
-   model's weights and steps far less long under AdamS than the blocks do, while AdamS's best lr
-   followed the blocks (results/README.md, "GPT-2's vocabulary").
+   tensor but the token embedding and the output head ('body'), and over those two ('embedding').
+   R̄, the ratio the lr rule divides by, is the body's: with GPT-2's 50K vocabulary the embedding
+   holds most of a small model's weights and steps far less long under AdamS than the blocks do,
+   while AdamS's best lr followed the blocks (results/README.md, "GPT-2's vocabulary").
 
-Writes OUT.csv (one row per run, checkpoint and tensor, plus 'body' and 'all'; the summed squares
-of both updates too, so any other group's ratio can be formed from it), OUT_ratio.csv (predicted
-R at every --batch_tokens) and OUT.png, and prints a summary.
+Writes OUT.csv (one row per run, checkpoint and tensor, plus 'body', 'embedding' and 'all'; the
+summed squares of both updates too, so any other group's ratio can be formed from it),
+OUT_ratio.csv (predicted R at every --batch_tokens) and OUT.png, and prints a summary.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from optim.registry import token_embeddings
 PAPER_BATCH = 491_520  # tokens per step in the paper's GPT-2 runs (480 x 1024)
 ALL = "all"
 BODY = "body"  # every tensor but the token embedding and the output head
+EMBEDDING = "embedding"  # the token embedding and the output head (one tensor when tied)
 
 
 # --- the estimators: pure functions of gradient samples -------------------------------------------
@@ -246,7 +247,8 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
     common = dict(iter=it, tokens_per_micro_batch=b, micro_batches=k, run_batch_tokens=run_batch)
     update_sq = {n: (u_w.pow(2).sum().item(), u_s.pow(2).sum().item()) for n, (u_w, u_s) in updates.items()}
     rows = []
-    groups = {n: [n] for n in names} | ({BODY: body} if body and len(body) < len(names) else {}) | {ALL: names}
+    split = {BODY: body, EMBEDDING: [n for n in names if n in embeddings]} if body and len(body) < len(names) else {}
+    groups = {n: [n] for n in names} | split | {ALL: names}
     for name, picked in groups.items():
         m, v = flat(mean, picked), flat(var, picked)
         mu2, s2 = batch_noise_moments(m, v, k, b, run_batch)
@@ -301,12 +303,18 @@ def main(argv=None):
               f"{row['predicted_ratio_drift']:.2f} with drift{measured}")
     run_dirs = {run_name(run): run for run in args.runs}
     whole = typical_ratio(rows, ALL)
+    embedding = typical_ratio([r for r in rows if r["tensor"] == EMBEDDING], EMBEDDING)
     for run, (ratio, n) in typical_ratio(rows).items():
         lr = checkpoint.load_file(checkpoint.checkpoints(run_dirs[run])[0])["config"]["learning_rate"]
         print(f"{run}: R̄ = {ratio:.2f}: AdamS's steps outside the token embeddings are {ratio:.2f}x AdamW's "
               f"(geometric mean over {n} checkpoints; {whole[run][0]:.2f}x over the whole model), so AdamS's peak lr "
               f"is about AdamW's best lr / {ratio:.2f} (from this run's lr {lr:g}: {lr / ratio:.2g}); scan x2 either "
               f"side, lower first (results/README.md, 'R̄ at both widths': this ratio barely moves with the run's lr)")
+        if run in embedding:
+            emb = embedding[run][0]
+            print(f"{run}: the token embedding's own ratio is {emb:.2f}, so at that lr AdamS would under-train it; "
+                  f"embedding_lr_scale ≈ R̄ / {emb:.2f} = {ratio / emb:.2g} gives it back its share "
+                  f"(results/README.md, 'GPT-2's vocabulary')")
     plot(rows, ratio_rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.csv')}, {args.out.name}_ratio.csv and {args.out.with_suffix('.png')}")
     return rows, ratio_rows

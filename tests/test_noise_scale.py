@@ -114,7 +114,7 @@ def test_updates_match_torch_adamw_and_our_adams():
     assert torch.allclose(before_s - s.detach(), u_s, rtol=1e-12, atol=1e-14)
 
 
-def test_on_a_real_run_the_measured_update_is_the_step_the_run_took(data_dir, tmp_path):
+def test_on_a_real_run_the_measured_update_is_the_step_the_run_took(data_dir, tmp_path, capsys):
     # checkpoints at every iteration: the script's "next update" from checkpoint N must be exactly
     # the step from N to N+1 (same batch, accumulation, clipping), up to the lr and weight decay
     cfg = tiny_config(data_dir, tmp_path / "run", optimizer="adamw", max_iters=6, eval_interval=1, eval_iters=1,
@@ -131,7 +131,14 @@ def test_on_a_real_run_the_measured_update_is_the_step_the_run_took(data_dir, tm
             assert mine[ns.BODY][key] + mine["transformer.wte.weight"][key] == pytest.approx(mine[ns.ALL][key])
         assert mine[ns.BODY]["measured_ratio"] == pytest.approx(
             math.sqrt(mine[ns.BODY]["adams_update_sq"] / mine[ns.BODY]["adamw_update_sq"]))
+        # the tied embedding is one tensor, so its group row is that tensor's row
+        for key in ("numel", "adamw_update_sq", "adams_update_sq", "measured_ratio", "b_simple_tokens"):
+            assert mine[ns.EMBEDDING][key] == pytest.approx(mine["transformer.wte.weight"][key])
     assert all(r["measured_ratio"] > 0 and r["predicted_ratio"] >= 1 - 1e-9 for r in overall)
+    # the summary suggests the embedding's lr multiple: body R̄ over the embedding's, both geometric means
+    body, emb = ([r["measured_ratio"] for r in rows if r["tensor"] == group] for group in (ns.BODY, ns.EMBEDDING))
+    scale = math.prod(body) ** (1 / len(body)) / math.prod(emb) ** (1 / len(emb))
+    assert f"embedding_lr_scale ≈ R̄ / {math.prod(emb) ** (1 / len(emb)):.2f} = {scale:.2g} " in capsys.readouterr().out
     assert {r["batch_tokens"] for r in ratio_rows} == {256, 4096, 2 * 8 * 32}  # the run's own batch is added
     for name in ("noise.csv", "noise_ratio.csv", "noise.png"):
         assert (tmp_path / name).stat().st_size > 0
