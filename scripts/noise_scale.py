@@ -312,8 +312,8 @@ def main(argv=None):
               f"side, lower first (results/README.md, 'R̄ at both widths': this ratio barely moves with the run's lr)")
         if run in embedding:
             emb = embedding[run][0]
-            print(f"{run}: the token embedding's own ratio is {emb:.2f}, so at that lr AdamS would under-train it; "
-                  f"embedding_lr_scale ≈ R̄ / {emb:.2f} = {ratio / emb:.2g} gives it back its share "
+            print(f"{run}: the token embedding's own ratio is {emb:.2f}, so at AdamW's lr / R̄ AdamS under-trains it; "
+                  f"give AdamS an embedding_lr_scale R̄ / {emb:.2f} = {ratio / emb:.2g}x the one AdamW uses "
                   f"(results/README.md, 'GPT-2's vocabulary')")
     plot(rows, ratio_rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.csv')}, {args.out.name}_ratio.csv and {args.out.with_suffix('.png')}")
