@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from scripts import (
     bench_optim,
     bench_train,
     denominator_moments,
+    embedding_lr,
     lr_transfer,
     plot_curves,
     sweep,
@@ -226,10 +228,10 @@ def test_sweep_summary_of_a_partly_finished_point_counts_its_finished_seeds(swee
     assert point["mean"] == pytest.approx(sum(losses) / 2)  # the unfinished seed does not make it inf
 
 
-def fake_run(folder, optimizer, lr, loss, seed=1, batch_tokens=2048, params=1000, max_iters=10):
+def fake_run(folder, optimizer, lr, loss, seed=1, batch_tokens=2048, params=1000, max_iters=10, **settings):
     """A finished run as train.py leaves it, for the analysis scripts: config.json and metrics.jsonl."""
     folder.mkdir(parents=True)
-    config = dict(config=dict(optimizer=optimizer, learning_rate=lr, seed=seed, max_iters=max_iters),
+    config = dict(config=dict(optimizer=optimizer, learning_rate=lr, seed=seed, max_iters=max_iters, **settings),
                   derived=dict(parameters=params, tokens_per_iter=batch_tokens))
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "metrics.jsonl").write_text(json.dumps(dict(iter=max_iters, val_loss=loss)) + "\n")
@@ -292,3 +294,37 @@ def test_cuda_step_host_time_takes_the_triton_branch():
     rows = [line.split() for line in result.stdout.splitlines()[2:]]
     assert [(r[0], int(r[1])) for r in rows] == [("small", 148), ("medium", 292), ("large", 436), ("xl", 580)]
     assert all(0 < float(x) < 100 for r in rows for x in r[2:])
+
+
+def write_noise_csv(path, tensor_ratios):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["run", "iter", "tensor", "measured_ratio"])
+        writer.writeheader()
+        writer.writerows(dict(run="a", iter=i, tensor=t, measured_ratio=r) for i, (t, r) in enumerate(tensor_ratios))
+
+
+def test_embedding_lr_puts_each_optimizers_embedding_on_adamws_lr_scale(tmp_path):
+    # R_emb is the geometric mean of the embedding's rows (2 and 8 -> 4); CSVs from before the
+    # 'embedding' row existed fall back to the tied wte tensor; with neither it is an error
+    noise = tmp_path / "noise.csv"
+    write_noise_csv(noise, [("embedding", 2.0), ("embedding", 8.0), ("transformer.wte.weight", 100.0), ("body", 3.0)])
+    assert embedding_lr.embedding_ratio(noise) == pytest.approx(4.0)
+    write_noise_csv(noise, [("transformer.wte.weight", 1.5), ("transformer.wte.weight", "nan"), ("body", 3.0)])
+    assert embedding_lr.embedding_ratio(noise) == pytest.approx(1.5)
+    write_noise_csv(tmp_path / "bad.csv", [("body", 3.0)])
+    with pytest.raises(SystemExit, match="no measured ratio for the token embedding"):
+        embedding_lr.embedding_ratio(tmp_path / "bad.csv")
+
+    runs = [fake_run(tmp_path / "w1", "adamw", 2e-3, 3.0),  # made before embedding_lr_scale existed: scale 1
+            fake_run(tmp_path / "w4", "adamw", 2e-3, 2.9, embedding_lr_scale=4),
+            fake_run(tmp_path / "s2", "adams", 1e-3, 3.1, embedding_lr_scale=2),
+            fake_run(tmp_path / "s8", "adams", 1e-3, 2.95, embedding_lr_scale=8),
+            fake_run(tmp_path / "alone", "adams", 3e-3, 3.5)]  # one scale only: no line
+    out = embedding_lr.main([*map(str, runs), "--noise", str(noise), "--out", str(tmp_path / "e")])
+    effective = {Path(r["run"]).name: r["effective_embedding_lr"] for r in out}
+    assert effective == pytest.approx(dict(w1=2e-3, w4=8e-3, s2=1e-3 * 2 * 1.5, s8=1e-3 * 8 * 1.5, alone=3e-3 * 1.5))
+    with open(tmp_path / "e.csv") as f:
+        assert sorted(Path(r["run"]).name for r in csv.DictReader(f)) == ["s2", "s8", "w1", "w4"]
+    assert (tmp_path / "e.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="more than one embedding_lr_scale"):
+        embedding_lr.main([str(runs[-1]), "--noise", str(noise), "--out", str(tmp_path / "f")])

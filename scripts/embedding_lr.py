@@ -1,0 +1,125 @@
+"""Final validation loss against the token embedding's learning rate, for AdamW and AdamS.
+
+    python -m scripts.embedding_lr results/runs/bpe/*/*/ --noise results/analysis/noise_scale_bpe.csv \\
+        --out results/embedding_lr_bpe
+
+Reads every finished run (config.json and metrics.jsonl) and groups them by optimizer and peak lr;
+a group with runs at more than one ``embedding_lr_scale`` becomes one line. The token embedding
+(tied to the output head) trains at lr × embedding_lr_scale. From the same gradients AdamS's step
+on it is R_emb times AdamW's (noise_scale.py measures R_emb along AdamW runs: the geometric mean of
+its 'embedding' rows, or of the tied 'transformer.wte.weight' rows in CSVs written before that row
+existed), so AdamS's embedding moves as AdamW's would at
+
+    effective lr = lr × embedding_lr_scale × R_emb       (R_emb = 1 for AdamW).
+
+If that is all that separates the two optimizers' embeddings, both lines fall on one curve against
+the effective lr (right panel) though they do not against the scale (left).
+
+Writes OUT.csv (one row per run: optimizer, lr, scale, seed, effective lr, final val loss) and
+OUT.png, and prints R_emb and the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+
+from scripts.sweep import final_val_loss
+
+TIED = "transformer.wte.weight"
+
+
+def embedding_ratio(noise_csv: Path) -> float:
+    """Geometric mean of AdamS's measured embedding step length relative to AdamW's, over every checkpoint."""
+    with open(noise_csv) as f:
+        rows = [r for r in csv.DictReader(f) if r["measured_ratio"] not in ("", "nan")]
+    picked = [r for r in rows if r["tensor"] == "embedding"] or [r for r in rows if r["tensor"] == TIED]
+    if not picked:
+        raise SystemExit(f"{noise_csv} has no measured ratio for the token embedding; make it with "
+                         "`python -m scripts.noise_scale` on AdamW runs")
+    return math.exp(sum(math.log(float(r["measured_ratio"])) for r in picked) / len(picked))
+
+
+def read_runs(dirs: list[Path], r_emb: float) -> list[dict]:
+    runs = []
+    for d in dirs:
+        loss, finished = final_val_loss(d)
+        if not finished or loss is None:
+            continue
+        cfg = json.loads((d / "config.json").read_text())["config"]
+        scale = cfg.get("embedding_lr_scale", 1.0)  # runs made before the setting existed ran at 1
+        ratio = r_emb if cfg["optimizer"] == "adams" else 1.0
+        runs.append(dict(optimizer=cfg["optimizer"], lr=cfg["learning_rate"], embedding_lr_scale=scale, seed=cfg["seed"],
+                         embedding_lr=cfg["learning_rate"] * scale,
+                         effective_embedding_lr=cfg["learning_rate"] * scale * ratio, val_loss=loss, run=str(d)))
+    return sorted(runs, key=lambda r: (r["optimizer"], r["lr"], r["embedding_lr_scale"], r["seed"]))
+
+
+def lines(runs: list[dict]) -> dict[tuple[str, float], list[dict]]:
+    """(optimizer, lr) -> its runs, for the groups tried at more than one embedding_lr_scale."""
+    groups: dict[tuple[str, float], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["optimizer"], r["lr"]), []).append(r)
+    return {k: v for k, v in groups.items() if len({r["embedding_lr_scale"] for r in v}) > 1}
+
+
+def plot(groups: dict[tuple[str, float], list[dict]], r_emb: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    seeds = sorted({r["seed"] for rs in groups.values() for r in rs})
+    markers = dict(zip(seeds, "osD^v<>"))
+    for i, ((opt, lr), rs) in enumerate(groups.items()):
+        color = plt.get_cmap("tab10")(i % 10)
+        for ax, key in zip(axes, ("embedding_lr_scale", "effective_embedding_lr")):
+            for seed in seeds:
+                mine = [r for r in rs if r["seed"] == seed]
+                ax.plot([r[key] for r in mine], [r["val_loss"] for r in mine], "-", marker=markers[seed], color=color,
+                        alpha=0.85, label=f"{opt} lr {lr:g}, seed {seed}")
+    axes[0].set(xscale="log", xlabel="embedding_lr_scale", ylabel="final validation loss",
+                title="against the embedding's lr multiple")
+    axes[1].set(xscale="log", xlabel=f"effective embedding lr = lr × scale × R_emb (R_emb: AdamS {r_emb:.2f}, AdamW 1)",
+                title="against the embedding's step, in AdamW's lr units")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="train.py out_dirs")
+    parser.add_argument("--noise", type=Path, required=True, help="noise_scale.py's CSV from AdamW runs on the same data")
+    parser.add_argument("--out", type=Path, default=Path("results/embedding_lr"))
+    args = parser.parse_args(argv)
+    r_emb = embedding_ratio(args.noise)
+    runs = read_runs(args.runs, r_emb)
+    groups = lines(runs)
+    if not groups:
+        raise SystemExit("no optimizer and lr was run at more than one embedding_lr_scale among these runs; "
+                         "sweep it with `--grid embedding_lr_scale=1,2.5,5`")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fields = ["optimizer", "lr", "embedding_lr_scale", "seed", "embedding_lr", "effective_embedding_lr", "val_loss", "run"]
+    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(r for rs in groups.values() for r in rs)
+    print(f"AdamS's token embedding steps {r_emb:.2f}x AdamW's from the same gradients ({args.noise})")
+    print(f"{'optimizer':9} {'lr':>7} {'scale':>5} {'seed':>4} {'effective emb lr':>16} {'val loss':>8}")
+    for rs in groups.values():
+        for r in rs:
+            print(f"{r['optimizer']:9} {r['lr']:7.2g} {r['embedding_lr_scale']:5g} {r['seed']:4d} "
+                  f"{r['effective_embedding_lr']:16.3g} {r['val_loss']:8.3f}")
+    plot(groups, r_emb, args.out.with_suffix(".png"))
+    print(f"wrote {args.out.with_suffix('.csv')} and {args.out.with_suffix('.png')}")
+    return runs
+
+
+if __name__ == "__main__":
+    main()
