@@ -35,7 +35,11 @@ def load(data_dir: str, dataset: str, block_size: int) -> dict:
         print(f"preparing the embedded dataset in {folder} (once)...")
         prepare(folder)
     if not folder.is_dir():
-        raise UserError(f"dataset folder {folder} does not exist; run python -m data.{dataset}.prepare first")
+        if (REPO / "data" / dataset / "prepare.py").exists():
+            raise UserError(f"dataset folder {folder} does not exist; run python -m data.{dataset}.prepare first")
+        raise UserError(f"dataset folder {folder} does not exist and no data/{dataset}/prepare.py makes it; write "
+                        f"train.bin and val.bin there with a data/*/prepare.py and --out, e.g. "
+                        f"python -m data.pystdlib.prepare --tokenizer tiktoken:gpt2 --out {folder}")
     data, vocabs = {}, set()
     for split in ("train", "val"):
         data[split], vocab = read_tokens(folder / f"{split}.bin")

@@ -244,8 +244,13 @@ def test_catalogue_invalid_values(arg, message, data_dir, tmp_path, capsys):
 
 
 def test_catalogue_missing_dataset(data_dir, tmp_path, capsys):
+    # a dataset with its own prepare script is told to run it; one without (such as a folder made
+    # with another script's --out) is told how to make it, not to run a script that does not exist
+    code, err = run_cli([*base_args(data_dir, tmp_path / "out"), "--dataset=openwebtext"], capsys)
+    assert code == 2 and "does not exist; run python -m data.openwebtext.prepare first" in err
     code, err = run_cli([*base_args(data_dir, tmp_path / "out"), "--dataset=nowhere"], capsys)
-    assert code == 2 and "dataset folder" in err and "does not exist; run python -m data.nowhere.prepare" in err
+    assert code == 2 and "does not exist and no data/nowhere/prepare.py makes it" in err
+    assert f"--out {data_dir / 'nowhere'}" in err
 
 
 def test_catalogue_truncated_token_file(tmp_path, capsys):
