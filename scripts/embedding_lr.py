@@ -13,10 +13,12 @@ existed), so AdamS's embedding moves as AdamW's would at
     effective lr = lr × embedding_lr_scale × R_emb       (R_emb = 1 for AdamW).
 
 If that is all that separates the two optimizers' embeddings, both lines fall on one curve against
-the effective lr (right panel) though they do not against the scale (left).
+the effective lr (right panel) though they do not against the scale (left). To say by how much
+they miss, each other optimizer's run is compared with AdamW's loss at the same effective lr and
+seed, read off AdamW's line by interpolating linearly in log lr (never extrapolated).
 
 Writes OUT.csv (one row per run: optimizer, lr, scale, seed, effective lr, final val loss) and
-OUT.png, and prints R_emb and the table.
+OUT.png, and prints R_emb, the table and the matched differences with their mean.
 """
 
 from __future__ import annotations
@@ -64,6 +66,30 @@ def lines(runs: list[dict]) -> dict[tuple[str, float], list[dict]]:
     for r in runs:
         groups.setdefault((r["optimizer"], r["lr"]), []).append(r)
     return {k: v for k, v in groups.items() if len({r["embedding_lr_scale"] for r in v}) > 1}
+
+
+def matched_differences(groups: dict[tuple[str, float], list[dict]]) -> list[dict]:
+    """Each non-AdamW run's loss minus AdamW's at the same effective embedding lr and seed.
+
+    For run r and an AdamW line of the same seed with points (x0, y0), (x1, y1) around r's effective
+    lr x: AdamW's loss at x is y0 + (y1 - y0) · ln(x / x0) / ln(x1 / x0). One row per (run, AdamW
+    line) that brackets x; runs outside every AdamW line's range are left out.
+    """
+    rows = []
+    for (opt, _), rs in groups.items():
+        if opt == "adamw":
+            continue
+        for r in rs:
+            x = r["effective_embedding_lr"]
+            for (w_opt, w_lr), ws in groups.items():
+                line = sorted((w["effective_embedding_lr"], w["val_loss"]) for w in ws
+                              if w_opt == "adamw" and w["seed"] == r["seed"])
+                for (x0, y0), (x1, y1) in zip(line, line[1:]):
+                    if x0 <= x <= x1 and x0 < x1:
+                        adamw = y0 + (y1 - y0) * math.log(x / x0) / math.log(x1 / x0)
+                        rows.append(dict(run=r, adamw_lr=w_lr, adamw_val_loss=adamw, difference=r["val_loss"] - adamw))
+                        break
+    return rows
 
 
 def plot(groups: dict[tuple[str, float], list[dict]], r_emb: float, path: Path) -> None:
@@ -116,6 +142,17 @@ def main(argv=None):
         for r in rs:
             print(f"{r['optimizer']:9} {r['lr']:7.2g} {r['embedding_lr_scale']:5g} {r['seed']:4d} "
                   f"{r['effective_embedding_lr']:16.3g} {r['val_loss']:8.3f}")
+    matched = matched_differences(groups)
+    if matched:
+        print("at the same effective embedding lr and seed (AdamW's loss interpolated in log lr):")
+        print(f"{'optimizer':9} {'lr':>7} {'scale':>5} {'seed':>4} {'val loss':>8} {'AdamW':>12} {'difference':>10}")
+        for m in matched:
+            r = m["run"]
+            print(f"{r['optimizer']:9} {r['lr']:7.2g} {r['embedding_lr_scale']:5g} {r['seed']:4d} {r['val_loss']:8.3f} "
+                  f"{m['adamw_val_loss']:6.3f} ({m['adamw_lr']:.2g}) {m['difference']:+10.3f}")
+        diffs = [m["difference"] for m in matched]
+        print(f"mean difference {sum(diffs) / len(diffs):+.3f} over {len(diffs)} runs "
+              f"(from {min(diffs):+.3f} to {max(diffs):+.3f})")
     plot(groups, r_emb, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.csv')} and {args.out.with_suffix('.png')}")
     return runs

@@ -303,7 +303,7 @@ def write_noise_csv(path, tensor_ratios):
         writer.writerows(dict(run="a", iter=i, tensor=t, measured_ratio=r) for i, (t, r) in enumerate(tensor_ratios))
 
 
-def test_embedding_lr_puts_each_optimizers_embedding_on_adamws_lr_scale(tmp_path):
+def test_embedding_lr_puts_each_optimizers_embedding_on_adamws_lr_scale(tmp_path, capsys):
     # R_emb is the geometric mean of the embedding's rows (2 and 8 -> 4); CSVs from before the
     # 'embedding' row existed fall back to the tied wte tensor; with neither it is an error
     noise = tmp_path / "noise.csv"
@@ -326,5 +326,12 @@ def test_embedding_lr_puts_each_optimizers_embedding_on_adamws_lr_scale(tmp_path
     with open(tmp_path / "e.csv") as f:
         assert sorted(Path(r["run"]).name for r in csv.DictReader(f)) == ["s2", "s8", "w1", "w4"]
     assert (tmp_path / "e.png").stat().st_size > 0
+    # s2 (effective 3e-3) against AdamW's line between 2e-3 (3.0) and 8e-3 (2.9), in log lr:
+    # 3.0 - 0.1 * ln(1.5) / ln(4) = 2.97075; s8 (1.2e-2) is past AdamW's last point: no row
+    matched = embedding_lr.matched_differences(embedding_lr.lines(out))
+    assert [Path(m["run"]["run"]).name for m in matched] == ["s2"]
+    assert matched[0]["adamw_val_loss"] == pytest.approx(2.97075, abs=1e-5)
+    assert matched[0]["difference"] == pytest.approx(3.1 - 2.97075, abs=1e-5)
+    assert "mean difference +0.129 over 1 runs" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="more than one embedding_lr_scale"):
         embedding_lr.main([str(runs[-1]), "--noise", str(noise), "--out", str(tmp_path / "f")])
