@@ -74,7 +74,7 @@ def main(argv=None):
         rows += [dict(group=label, x=x, mean=m, std=s, n=len(runs)) for x, m, s in zip(xs, means, stds)]
     ax.set_xlabel(args.x)
     ax.set_ylabel("validation loss")
-    ax.set_title(args.title)
+    fig.suptitle(args.title)  # over the whole figure: a long title over the narrow axes would be clipped
     # The legend sits right of the axes, best final loss first, so it reads as a ranking and hides no curve.
     ranked = [line for _, line in sorted(finals, key=lambda f: f[0])]
     ax.legend(ranked, [line.get_label() for line in ranked], loc="upper left", bbox_to_anchor=(1.01, 1),
