@@ -1,6 +1,6 @@
 """Final validation loss against the token embedding's learning rate, for AdamW and AdamS.
 
-    python -m scripts.embedding_lr results/runs/bpe/*/*/ \\
+    python -m scripts.embedding_lr results/runs/bpe/adam{w,s,w_emb,s_emb}/*/ \\
         --noise results/analysis/noise_scale_bpe.csv results/analysis/noise_scale_bpe_emb20.csv --out results/embedding_lr_bpe
 
 Reads every finished run (config.json and metrics.jsonl) and groups them by optimizer and peak lr;
@@ -22,7 +22,7 @@ seed, read off AdamW's line by interpolating linearly in log lr (never extrapola
 run's lr is read from its config.json, looked up beside the runs given (noise_scale.py names a run
 by its last two folders).
 
-Writes OUT.csv (one row per run: optimizer, lr, scale, seed, effective lr, final val loss) and
+Writes OUT.csv (one row per run: optimizer, lr, scale, seed, R_emb, effective lr, final val loss) and
 OUT.png, and prints the measured R_emb, its fit, the table and the matched differences with their mean.
 """
 
