@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import difflib
 import math
+import re
 import runpy
 import types
 from dataclasses import dataclass, fields
@@ -90,6 +91,25 @@ CHOICES = {
     "backend": ("auto", "nccl", "gloo"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
 }
+
+
+def documented_fields() -> list[tuple[str, str, str]]:
+    """(key, default as written, comment) for each TrainConfig field, read from this file's source."""
+    source = Path(__file__).read_text()
+    body = source[source.index("class TrainConfig"):source.index("CHOICES")]
+    rows = []
+    for line in body.splitlines():
+        match = re.match(r"\s+(\w+): \w+ = (.+?)(?:\s+#\s*(.*))?$", line)
+        if match:
+            key, default, comment = match.groups()
+            rows.append((key, default, comment or ""))
+    return rows
+
+
+def usage() -> str:
+    """What `python train.py --help` prints: how to call it, then every key with its default."""
+    keys = "\n".join(f"  --{key}={default}  {comment}" for key, default, comment in documented_fields())
+    return __doc__.strip() + "\n\nkeys (default, meaning):\n" + keys
 
 
 def _field_types() -> dict[str, type]:

@@ -288,6 +288,9 @@ def sample(model: LanguageModel, device: torch.device, seed: int, vocab_size: in
 
 def cli(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if "-h" in argv or "--help" in argv:
+        print(configurator.usage())
+        return 0
     try:
         main(configurator.load(argv))
     except UserError as e:

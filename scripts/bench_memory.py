@@ -17,11 +17,15 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model import GPT, SIZES, GPTConfig
 from optim import build_optimizer, state_bytes

@@ -19,10 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model import GPT, SIZES, GPTConfig
 from optim import AdamMini, AdamS, Lion

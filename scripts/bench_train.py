@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import metrics
 from tokens import write_tokens
 

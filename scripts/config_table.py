@@ -3,25 +3,26 @@
     python -m scripts.config_table          # tests/test_docs.py fails until the README is in sync
 """
 
-import re
+import argparse
+import sys
 from pathlib import Path
+
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from configurator import documented_fields
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def table() -> str:
-    source = (REPO / "configurator.py").read_text()
-    body = source[source.index("class TrainConfig"):source.index("CHOICES")]
     rows = ["| key | default | meaning |", "| --- | --- | --- |"]
-    for line in body.splitlines():
-        match = re.match(r"\s+(\w+): (\w+) = (.+?)(?:\s+#\s*(.*))?$", line)
-        if match:
-            key, _, default, comment = match.groups()
-            rows.append(f"| `{key}` | `{default}` | {(comment or '').replace('|', '/')} |")
+    rows += [f"| `{key}` | `{default}` | {comment.replace('|', '/')} |" for key, default, comment in documented_fields()]
     return "\n".join(rows) + "\n"
 
 
 def main():
+    argparse.ArgumentParser(description="Rewrite README.md's configuration table from configurator.py.").parse_args()
     path = REPO / "README.md"
     text = path.read_text()
     start = text.index("\n", text.index("<!-- config-table")) + 1

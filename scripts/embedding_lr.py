@@ -32,7 +32,11 @@ import argparse
 import csv
 import json
 import math
+import sys
 from pathlib import Path
+
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.sweep import final_val_loss
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -23,6 +24,9 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
+
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import distributed
 from model import GPT, SIZES, GPTConfig

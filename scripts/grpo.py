@@ -39,6 +39,9 @@ from pathlib import Path
 
 import torch
 
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score
 

@@ -39,9 +39,13 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import sys
 from pathlib import Path
 
 import torch
+
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import checkpoint
 import dataset

@@ -1,5 +1,6 @@
 """Config parsing: precedence, type coercion, and every error a user can make."""
 
+import dataclasses
 import json
 
 import pytest
@@ -81,3 +82,11 @@ def test_cross_field_checks(overrides, world, match):
 def test_defaults_pass_their_own_checks():
     configurator.check(TrainConfig())
     json.dumps(configurator.as_dict(TrainConfig()))  # serialisable for config.json
+
+
+def test_help_lists_every_key_with_its_default():
+    text = configurator.usage()
+    assert "python train.py [config/file.py ...] [--key=value ...]" in text
+    for field in dataclasses.fields(TrainConfig):
+        line = next(line for line in text.splitlines() if line.startswith(f"  --{field.name}="))
+        assert eval(line.split("=", 1)[1].split("  ")[0]) == field.default, line

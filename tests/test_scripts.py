@@ -4,6 +4,8 @@ import csv
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,8 @@ from scripts import (
     update_alignment,
     update_magnitude,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_moments_closed_forms_match_the_papers_numbers():
@@ -283,11 +287,7 @@ def test_lr_transfer_keeps_run_lengths_apart(tmp_path):
 def test_cuda_step_host_time_takes_the_triton_branch():
     # results/cpu/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
     # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     result = subprocess.run([sys.executable, "results/cpu/cuda_step_host_time.py"], cwd=repo, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -366,3 +366,16 @@ def test_embedding_lr_fits_r_emb_growing_with_the_embeddings_lr(tmp_path, capsys
     with pytest.raises(SystemExit, match="cannot find the measured run 'elsewhere/w4'"):
         embedding_lr.main([str(s1), str(s2), str(w1), str(w4), "--noise", str(tmp_path / "n1.csv"),
                            str(tmp_path / "n4.csv"), "--out", str(tmp_path / "e")])
+
+
+BY_PATH = sorted(p.relative_to(REPO).as_posix() for p in [*REPO.glob("scripts/[a-z]*.py"), *REPO.glob("data/*/prepare.py")])
+
+
+@pytest.mark.parametrize("script", ["train.py", *BY_PATH])
+def test_every_script_runs_by_path_from_anywhere(script, tmp_path):
+    # the README names scripts by path, so `python scripts/x.py` from any folder must import the repo's modules
+    result = subprocess.run([sys.executable, str(REPO / script), "--help"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "usage" in result.stdout.lower() or "keys (default, meaning)" in result.stdout, result.stdout[:500]
+    assert not any(tmp_path.iterdir()), "--help wrote files"

@@ -18,11 +18,15 @@ TIKTOKEN_CACHE_DIR pointing at a copy):
 from __future__ import annotations
 
 import argparse
+import sys
 import sysconfig
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
+
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tokens import TokenWriter
 
