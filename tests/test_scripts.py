@@ -3,12 +3,14 @@
 import csv
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from scripts import (
     bench_memory,
@@ -379,3 +381,14 @@ def test_every_script_runs_by_path_from_anywhere(script, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage" in result.stdout.lower() or "keys (default, meaning)" in result.stdout, result.stdout[:500]
     assert not any(tmp_path.iterdir()), "--help wrote files"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+@pytest.mark.parametrize("stages, message", [([], "usage"), (["optim", "nonsense"], "unknown stage 'nonsense'"),
+                                             (["tests", "optim"], "no CUDA GPU visible")])
+def test_gpu_checks_refuses_clearly_and_writes_nothing_without_a_gpu(stages, message, tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "gpu")}
+    result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), *stages], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert not (tmp_path / "gpu").exists()
