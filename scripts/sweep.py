@@ -72,11 +72,12 @@ def resolve_sets(items: list[str], point: dict[str, str]) -> list[str]:
     return out
 
 
-def command(base: list[str], point: dict[str, str], seed: int, out_dir: Path, sets: list[str], nproc: int) -> list[str]:
+def command(base: list[str], point: dict[str, str], seed: int, out_dir: Path, sets: list[str], nproc: int,
+            train_py: str = "train.py") -> list[str]:
     files = list(base) + ([point["config"]] if "config" in point else [])
     overrides = [f"--{k}={v}" for k, v in point.items() if k != "config"]
     extra = resolve_sets(sets, point)
-    launcher = [sys.executable, "train.py"] if nproc <= 1 else ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
+    launcher = [sys.executable, train_py] if nproc <= 1 else ["torchrun", "--standalone", f"--nproc_per_node={nproc}", train_py]
     return launcher + files + overrides + extra + [f"--seed={seed}", f"--out_dir={out_dir}", "--init_from=auto"]
 
 
@@ -129,8 +130,9 @@ def main(argv=None):
         point, seed, out_dir = job
         out_dir.mkdir(parents=True, exist_ok=True)
         with open(out_dir / "train.log", "a") as log:
-            code = subprocess.run(command(args.configs, point, seed, out_dir, args.set, args.nproc), cwd=REPO, env=env,
-                                  stdout=log, stderr=subprocess.STDOUT).returncode
+            # from the folder the sweep was started in, so that relative config and --out paths mean the same to both
+            code = subprocess.run(command(args.configs, point, seed, out_dir, args.set, args.nproc, str(REPO / "train.py")),
+                                  env=env, stdout=log, stderr=subprocess.STDOUT).returncode
         loss, done = final_val_loss(out_dir)
         print(f"{out_dir.name}: exit {code}, final val loss {loss}")
         return code

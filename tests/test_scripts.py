@@ -106,6 +106,17 @@ def test_sweep_prints_torchrun_commands(tmp_path, capsys):
     assert "--init_from=auto" in lines[0]
 
 
+def test_sweep_from_another_folder_keeps_relative_paths_relative_to_it(data_dir, tmp_path, monkeypatch):
+    # the runs used to start in the repository root, so a relative --out sent them there while the summary looked here
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.py").write_text(f"data_dir = {str(data_dir)!r}\ndataset = 'tiny'\n")
+    sets = ["n_layer=1", "n_head=2", "n_embd=32", "block_size=32", "batch_size=4", "max_iters=2", "lr_decay_iters=2",
+            "warmup_iters=1", "eval_interval=2", "eval_iters=1", "device=cpu", "dtype=float32"]
+    rows = sweep.main(["mine.py", "--out", "rel", *[a for item in sets for a in ("--set", item)]])
+    assert (tmp_path / "rel" / "seed=1337" / "metrics.jsonl").exists()
+    assert rows[0]["finished"] and math.isfinite(rows[0]["mean"])
+
+
 def test_sweep_pins_each_runs_threads(tmp_path, monkeypatch):
     seen = []
 
