@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -136,17 +137,22 @@ def test_sigkill_at_a_random_moment_then_resume_is_exact(data_dir, tmp_path):
                           log_interval=1, init_from="auto")
     proc = subprocess.Popen([sys.executable, "train.py", *cli_args(victim)], cwd=REPO, env=subprocess_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = Path(victim.out_dir) / "metrics.jsonl"
+    # A random iteration, then a random moment within the one after it (now and then a checkpoint write).
+    # Counting iterations, not seconds: on a loaded machine a sleep could outlast the run's last step.
+    rng = random.Random(os.getpid())
+    target, log = rng.randint(1, 30), Path(victim.out_dir) / "metrics.jsonl"
     deadline = time.time() + 120
-    while not (log.exists() and '"grad_norm"' in log.read_text()) and time.time() < deadline:
-        time.sleep(0.05)  # wait until training has started: a kill during start-up would test nothing
-    first = len(read_metrics(victim.out_dir)[0])
-    time.sleep(random.Random(os.getpid()).uniform(0, 0.5 * duration))  # a random moment within the run
+    while time.time() < deadline and proc.poll() is None:
+        logged = re.findall(r'"kind": "train", "iter": (\d+)', log.read_text()) if log.exists() else []
+        if logged and int(logged[-1]) >= target:
+            break
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0, duration / 40))
     assert proc.poll() is None, "the run finished before the kill; make it longer"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done = max((r["iter"] for r in read_metrics(victim.out_dir)[0]), default=0)
-    assert first >= 1 and done < 40, f"the kill did not land mid-run (iterations logged: {done})"
+    assert target <= done < 40, f"the kill did not land mid-run (target iteration {target}, logged {done})"
     result = run_train_process(victim)
     assert result.returncode == 0, result.stderr[-2000:]
     assert losses(victim.out_dir) == losses(whole.out_dir)
