@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU measurements the README's "On one H100" section reports (issue #16), in stages that each
-# fit one 10-minute slot on a lent GPU machine. Run from the repository root, with a Python that has
+# The GPU measurements the README's "On one H100" section reports (issue #16), in stages, each meant to
+# fit one 10-minute call on a lent GPU machine. Run from the repository root, with a Python that has
 # torch and Triton (no install needed: the scripts import the repo's modules from its root):
 #
 #   bash scripts/gpu_checks.sh tests optim        # CUDA tests; optimizer step fp32 Small-XL, bf16 Small-Medium
@@ -14,7 +14,11 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-results/gpu}
 [ $# -gt 0 ] || { echo "usage: bash scripts/gpu_checks.sh STAGE... (stages: tests optim train memory)" >&2; exit 2; }
 for stage in "$@"; do
-  case $stage in tests|optim|train|memory) ;; *) echo "unknown stage '$stage': use tests, optim, train or memory" >&2; exit 2 ;; esac
+  case $stage in
+    tests|optim|train|memory) ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown stage '$stage': use tests, optim, train or memory" >&2; exit 2 ;;
+  esac
 done
 $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU visible to torch: run this on a GPU machine')"
 $PY -c "import torch; print('torch', torch.__version__, 'on', torch.cuda.get_device_name())"

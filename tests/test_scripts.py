@@ -403,3 +403,8 @@ def test_gpu_checks_refuses_clearly_and_writes_nothing_without_a_gpu(stages, mes
                             timeout=120)
     assert result.returncode != 0 and message in result.stderr, result.stderr
     assert not (tmp_path / "gpu").exists()
+
+
+def test_gpu_checks_help_names_the_stages():
+    result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "bash scripts/gpu_checks.sh tests optim" in result.stdout, result.stderr
