@@ -5,6 +5,13 @@
 #
 #   bash scripts/gpu_checks.sh tests optim        # CUDA tests; optimizer step fp32 Small-XL, bf16 Small-Medium
 #   bash scripts/gpu_checks.sh train memory       # train.py tokens/s and MFU; memory and max micro-batch, Large and XL
+#   bash scripts/gpu_checks.sh lr                 # GPT-2 Small lr bracket, AdamW and AdamS (results/README.md)
+#
+# The lr stage trains GPT-2 Small for 600 steps of 32 x 1,024 tokens (19.7M tokens, about one pass)
+# on PyTorch's own Python source in GPT-2 tokens (the GPU machine has no network, so no OpenWebText),
+# one run per optimizer:lr point in LR_POINTS (a default grid if unset), finished points skipped,
+# and after each run packs every run's metrics into $OUT/lr_small.tar.gz. GPT-2's BPE files must be
+# reachable: TIKTOKEN_CACHE_DIR (e.g. a copy of ../shared/tiktoken_cache carried along).
 #
 # Each stage writes its JSON or log into $OUT (default results/gpu), named as the README cites them.
 # The tests stage needs pytest and hypothesis; where the GPU machine lacks them, carry their wheels.
@@ -12,12 +19,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-results/gpu}
-[ $# -gt 0 ] || { echo "usage: bash scripts/gpu_checks.sh STAGE... (stages: tests optim train memory)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash scripts/gpu_checks.sh STAGE... (stages: tests optim train memory lr)" >&2; exit 2; }
 for stage in "$@"; do
   case $stage in
-    tests|optim|train|memory) ;;
+    tests|optim|train|memory|lr) ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown stage '$stage': use tests, optim, train or memory" >&2; exit 2 ;;
+    *) echo "unknown stage '$stage': use tests, optim, train, memory or lr" >&2; exit 2 ;;
   esac
 done
 $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU visible to torch: run this on a GPU machine')"
@@ -38,5 +45,18 @@ for stage in "$@"; do
       $PY -m scripts.bench_train --iters 40 --json "$OUT/train_throughput.json" ;;
     memory)
       $PY -m scripts.bench_memory --sizes large xl --json "$OUT/memory_large_xl.json" ;;
+    lr)
+      torch_src=$($PY -c "import os, torch; print(os.path.dirname(torch.__file__))")
+      [ -f data/torchsrc_gpt2/val.bin ] ||
+        $PY -m data.pystdlib.prepare --stdlib "$torch_src" --tokenizer tiktoken:gpt2 --out data/torchsrc_gpt2
+      for point in ${LR_POINTS:-adamw:6e-4 adams:6e-4 adamw:2.4e-3 adams:2e-4 adamw:1.2e-3 adams:1.2e-3 adams:3e-4 adamw:4.8e-3}; do
+        opt=${point%%:*}
+        $PY -m scripts.sweep "config/train_gpt2_small_$opt.py" --grid "learning_rate=${point#*:}" --seeds ${LR_SEEDS:-1} \
+          --set dataset=torchsrc_gpt2 --set batch_size=32 --set gradient_accumulation_steps=1 --set dtype=bfloat16 \
+          --set max_iters=600 --set lr_decay_iters=600 --set warmup_iters=60 --set min_lr=0.1*learning_rate \
+          --set eval_interval=150 --set eval_iters=20 --set always_save_checkpoint=False --out "out/lr_small/$opt"
+        rm -rf out/lr_small/*/*/checkpoints
+        tar -czf "$OUT/lr_small.tar.gz" -C out lr_small
+      done ;;
   esac
 done
