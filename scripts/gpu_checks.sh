@@ -9,7 +9,7 @@
 #
 # The lr stage trains GPT-2 Small for 600 steps of 32 x 1,024 tokens (19.7M tokens, about one pass)
 # on PyTorch's own Python source in GPT-2 tokens (the GPU machine has no network, so no OpenWebText),
-# one run per optimizer:lr point in LR_POINTS (a default grid if unset), finished points skipped,
+# one run per optimizer:lr point in LR_POINTS (the scan's seed-1 points if unset), finished points skipped,
 # and after each run packs every run's metrics into $OUT/lr_small.tar.gz. GPT-2's BPE files must be
 # reachable: TIKTOKEN_CACHE_DIR (e.g. a copy of ../shared/tiktoken_cache carried along).
 #
@@ -19,10 +19,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-results/gpu}
+# the lr stage's optimizer:lr points, seed 1 of the scan in results/README.md, the two optima first
+LR_POINTS=${LR_POINTS:-adamw:6e-4 adams:1.5e-4 adams:6e-4 adamw:3e-4 adamw:1.2e-3 adams:1e-4 adams:2e-4 adams:3e-4 adamw:1.5e-4 adamw:2.4e-3 adams:5e-5}
 [ $# -gt 0 ] || { echo "usage: bash scripts/gpu_checks.sh STAGE... (stages: tests optim train memory lr)" >&2; exit 2; }
 for stage in "$@"; do
   case $stage in
-    tests|optim|train|memory|lr) ;;
+    tests|optim|train|memory) ;;
+    lr)
+      for point in $LR_POINTS; do
+        [[ $point == ?*:?* && -f config/train_gpt2_small_${point%%:*}.py ]] ||
+          { echo "LR_POINTS entry '$point': write OPTIMIZER:LR with a config/train_gpt2_small_OPTIMIZER.py, e.g. adams:1.5e-4" >&2; exit 2; }
+      done ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown stage '$stage': use tests, optim, train, memory or lr" >&2; exit 2 ;;
   esac
@@ -49,7 +56,7 @@ for stage in "$@"; do
       torch_src=$($PY -c "import os, torch; print(os.path.dirname(torch.__file__))")
       [ -f data/torchsrc_gpt2/val.bin ] ||
         $PY -m data.pystdlib.prepare --stdlib "$torch_src" --tokenizer tiktoken:gpt2 --out data/torchsrc_gpt2
-      for point in ${LR_POINTS:-adamw:6e-4 adams:6e-4 adamw:2.4e-3 adams:2e-4 adamw:1.2e-3 adams:1.2e-3 adams:3e-4 adamw:4.8e-3}; do
+      for point in $LR_POINTS; do
         opt=${point%%:*}
         $PY -m scripts.sweep "config/train_gpt2_small_$opt.py" --grid "learning_rate=${point#*:}" --seeds ${LR_SEEDS:-1} \
           --set dataset=torchsrc_gpt2 --set batch_size=32 --set gradient_accumulation_steps=1 --set dtype=bfloat16 \

@@ -405,6 +405,15 @@ def test_gpu_checks_refuses_clearly_and_writes_nothing_without_a_gpu(stages, mes
     assert not (tmp_path / "gpu").exists()
 
 
+@pytest.mark.parametrize("points", ["adams", "adamx:1e-3", "adams:"])
+def test_gpu_checks_lr_refuses_a_malformed_point_before_anything_runs(points, tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "gpu"), "LR_POINTS": f"adamw:6e-4 {points}"}
+    result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), "lr"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 2 and f"LR_POINTS entry '{points}'" in result.stderr, result.stderr
+    assert not (tmp_path / "gpu").exists()
+
+
 def test_gpu_checks_help_names_the_stages():
     result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "bash scripts/gpu_checks.sh tests optim" in result.stdout, result.stderr
