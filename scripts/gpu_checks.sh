@@ -11,7 +11,9 @@
 # on PyTorch's own Python source in GPT-2 tokens (the GPU machine has no network, so no OpenWebText),
 # one run per optimizer:lr point in LR_POINTS (the scan's seed-1 points if unset), finished points skipped,
 # and after each run packs every run's metrics into $OUT/lr_small.tar.gz. GPT-2's BPE files must be
-# reachable: TIKTOKEN_CACHE_DIR (e.g. a copy of ../shared/tiktoken_cache carried along).
+# reachable: TIKTOKEN_CACHE_DIR (e.g. a copy of ../shared/tiktoken_cache carried along). Other settings:
+#   LR_OUT=lr_491k LR_EXTRA="--set gradient_accumulation_steps=15" bash scripts/gpu_checks.sh lr
+#   LR_OUT=lr_emb LR_POINTS="adams:1.5e-4" LR_EXTRA="--grid embedding_lr_scale=2,4" bash scripts/gpu_checks.sh lr
 #
 # Each stage writes its JSON or log into $OUT (default results/gpu), named as the README cites them.
 # The tests stage needs pytest and hypothesis; where the GPU machine lacks them, carry their wheels.
@@ -20,6 +22,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-results/gpu}
 # the lr stage's optimizer:lr points, seed 1 of the scan in results/README.md, the two optima first
+# LR_EXTRA: more sweep arguments (a later --set wins), LR_OUT: their runs' folder under out/ and tarball's name
+LR_EXTRA=${LR_EXTRA:-}
+LR_OUT=${LR_OUT:-lr_small}
 LR_POINTS=${LR_POINTS:-adamw:6e-4 adams:1.5e-4 adams:6e-4 adamw:3e-4 adamw:1.2e-3 adams:1e-4 adams:2e-4 adams:3e-4 adamw:1.5e-4 adamw:2.4e-3 adams:5e-5}
 [ $# -gt 0 ] || { echo "usage: bash scripts/gpu_checks.sh STAGE... (stages: tests optim train memory lr)" >&2; exit 2; }
 for stage in "$@"; do
@@ -61,9 +66,9 @@ for stage in "$@"; do
         $PY -m scripts.sweep "config/train_gpt2_small_$opt.py" --grid "learning_rate=${point#*:}" --seeds ${LR_SEEDS:-1} \
           --set dataset=torchsrc_gpt2 --set batch_size=32 --set gradient_accumulation_steps=1 --set dtype=bfloat16 \
           --set max_iters=600 --set lr_decay_iters=600 --set warmup_iters=60 --set min_lr=0.1*learning_rate \
-          --set eval_interval=150 --set eval_iters=20 --set always_save_checkpoint=False --out "out/lr_small/$opt"
-        rm -rf out/lr_small/*/*/checkpoints
-        tar -czf "$OUT/lr_small.tar.gz" -C out lr_small
+          --set eval_interval=150 --set eval_iters=20 --set always_save_checkpoint=False --out "out/$LR_OUT/$opt" $LR_EXTRA
+        rm -rf "out/$LR_OUT"/*/*/checkpoints
+        tar -czf "$OUT/$LR_OUT.tar.gz" -C out "$LR_OUT"
       done ;;
   esac
 done
