@@ -414,6 +414,65 @@ def test_gpu_checks_lr_refuses_a_malformed_point_before_anything_runs(points, tm
     assert not (tmp_path / "gpu").exists()
 
 
+def test_gpu_checks_lr_refuses_an_unknown_corpus_before_anything_runs(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "gpu"), "LR_CORPUS": "openwebtext"}
+    result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), "lr"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 2 and "LR_CORPUS='openwebtext'" in result.stderr, result.stderr
+    assert not (tmp_path / "gpu").exists()
+
+
+def test_tune_triton_settings_are_the_warp_counts_triton_accepts():
+    from scripts.tune_triton import settings
+
+    # fp32: 8 KiB = 2,048 elements; /32 threads a warp /16 elements a thread = 4 warps (the kernel's setting)
+    assert settings(torch.float32, [8192], [16]) == [(8192, 16, 4)]
+    # bf16: 4,096 elements; 4 elements a thread would be 32 warps (kept), 2 would be 64 (dropped)
+    assert settings(torch.bfloat16, [8192], [2, 4, 16]) == [(8192, 4, 32), (8192, 16, 8)]
+    assert settings(torch.float32, [4096], [64]) == []  # 1,024 elements cannot fill a warp at 64 each
+
+
+def test_tune_triton_refuses_clearly_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here; the refusal is for machines without one")
+    with pytest.raises(SystemExit, match="needs a CUDA GPU and Triton"):
+        from scripts.tune_triton import main
+
+        main([])
+
+
+def test_tune_triton_times_each_setting_and_restores_the_kernels_own(monkeypatch, tmp_path, capsys):
+    """The loop around the timing, with the GPU faked: each setting reaches the kernel module while it is
+    timed, the kernel's constants come back afterwards, and the JSON holds one row per setting."""
+    from optim import _triton_fused
+    from scripts import tune_triton
+
+    seen = []
+
+    def fake_bench(size, small, dtype, device, repeats, only):
+        seen.append((dtype, _triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD))
+        yield dict(optimizer="adamw fused (torch)", ms=1.0, gbps=1.0, ratio_to_adamw_fused=1.0)
+        ms = _triton_fused.BLOCK_BYTES / 8192
+        yield dict(optimizer="adams fused", ms=ms, gbps=100 / ms, ratio_to_adamw_fused=ms)
+
+    monkeypatch.setattr(tune_triton.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune_triton.torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(tune_triton._triton_fused, "available", lambda: True)
+    monkeypatch.setattr(tune_triton, "copy_bandwidth", lambda *a: 200.0)
+    monkeypatch.setattr(tune_triton, "bench", fake_bench)
+    before = (_triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD)
+    result = tune_triton.main(["--dtypes", "float32", "--block-bytes", "4096", "8192", "--elements", "8", "16",
+                               "--json", str(tmp_path / "t.json")])
+    assert seen == [(torch.float32, 4096, 8), (torch.float32, 4096, 16), (torch.float32, 8192, 8), (torch.float32, 8192, 16)]
+    assert (_triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD) == before
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert rows == result["rows"] and [r["warps"] for r in rows] == [4, 2, 8, 4]
+    assert [r["pct_copy"] for r in rows] == [100.0, 100.0, 50.0, 50.0]
+    assert sum(r["default"] for r in rows) == (before in {(4096, 8), (4096, 16), (8192, 8), (8192, 16)})
+    table = capsys.readouterr().out.splitlines()
+    assert table[-4].split()[:2] == ["4096", "8"] and table[-1].split()[:2] == ["8192", "16"]  # fastest first
+
+
 def test_gpu_checks_help_names_the_stages():
     result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "bash scripts/gpu_checks.sh tests optim" in result.stdout, result.stderr
