@@ -473,6 +473,48 @@ def test_tune_triton_times_each_setting_and_restores_the_kernels_own(monkeypatch
     assert table[-4].split()[:2] == ["4096", "8"] and table[-1].split()[:2] == ["8192", "16"]  # fastest first
 
 
+def test_gpu_checks_lr_and_rbar_commands(tmp_path):
+    """The lr and rbar stages' commands, with Python faked (no GPU here) in a copy of the script's folder
+    layout: each sweep gets the scan's shared settings first and the stage's own and LR_EXTRA after them
+    (a later --set wins), the corpus is prepared once for both stages, and noise_scale reads the rbar run."""
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    (root / "config").mkdir()
+    shutil.copy(REPO / "scripts/gpu_checks.sh", root / "scripts")
+    for opt in ("adamw", "adams"):
+        (root / f"config/train_gpt2_small_{opt}.py").write_text("")
+    log, shim = tmp_path / "calls.txt", tmp_path / "python"
+    shim.write_text(f"""#!/usr/bin/env bash
+if [ "$1" = -c ]; then case $2 in *cuda*) echo fake GPU; exit 0 ;; *) exec {sys.executable} "$@" ;; esac; fi
+echo "$*" >> {log}
+[ "$2" != data.pystdlib.prepare ] || {{ mkdir -p data/sitesrc_gpt2 && touch data/sitesrc_gpt2/val.bin; }}
+prev=; for a; do [ "$prev" != --out ] || mkdir -p "$a"; prev=$a; done
+""")
+    shim.chmod(0o755)
+    extra = "--set max_iters=200 --set gradient_accumulation_steps=15"
+    env = {**os.environ, "PYTHON": str(shim), "OUT": str(tmp_path / "gpu"), "LR_CORPUS": "site", "LR_OUT": "lr_x",
+           "LR_POINTS": "adamw:1.8e-3 adams:6e-4", "LR_EXTRA": extra}
+    result = subprocess.run(["bash", str(root / "scripts/gpu_checks.sh"), "lr", "rbar"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    site = Path(torch.__file__).parent.parent
+    assert [c for c in calls if "data.pystdlib.prepare" in c] == [
+        f"-m data.pystdlib.prepare --stdlib {site} --tokenizer tiktoken:gpt2 --out data/sitesrc_gpt2"]
+    sweeps = [c for c in calls if "scripts.sweep" in c]
+    assert [c.split()[2] for c in sweeps] == [f"config/train_gpt2_small_{o}.py" for o in ("adamw", "adams", "adamw")]
+    assert [c.split("--out ")[1] for c in sweeps] == ["out/lr_x/adamw", "out/lr_x/adams", "out/rbar"]
+    for c, lr in zip(sweeps, ("1.8e-3", "6e-4", "6e-4")):
+        assert f"--grid learning_rate={lr} " in c and "--set dataset=sitesrc_gpt2 " in c
+    for c in sweeps[:2]:
+        assert c.index("--set max_iters=600") < c.index(extra)
+    assert extra not in sweeps[2]
+    assert sweeps[2].index("--set always_save_checkpoint=False") < sweeps[2].index("--set always_save_checkpoint=True")
+    assert "--set keep_checkpoints=6" in sweeps[2]
+    assert [c for c in calls if "noise_scale" in c][0].startswith("-m scripts.noise_scale out/rbar/learning_rate=6e-4_seed=1 --device cuda")
+    assert (tmp_path / "gpu/lr_x.tar.gz").is_file() and (tmp_path / "gpu/rbar/run.tar.gz").is_file()
+
+
 def test_gpu_checks_help_names_the_stages():
     result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "bash scripts/gpu_checks.sh tests optim" in result.stdout, result.stderr
