@@ -12,13 +12,14 @@
 # The lr stage trains GPT-2 Small for 600 steps of 32 x 1,024 tokens (19.7M tokens, about one pass)
 # on PyTorch's own Python source in GPT-2 tokens (the GPU machine has no network, so no OpenWebText),
 # one run per optimizer:lr point in LR_POINTS (the scan's seed-1 points if unset), finished points skipped,
-# and after each run packs every run's metrics into $OUT/lr_small.tar.gz. GPT-2's BPE files must be
+# and after each run packs every run's metrics into $OUT/$LR_OUT.tar.gz (LR_OUT: lr_small if unset). GPT-2's BPE files must be
 # reachable: TIKTOKEN_CACHE_DIR (e.g. a copy of ../shared/tiktoken_cache carried along). Other settings:
 #   LR_OUT=lr_emb LR_POINTS="adams:1.5e-4" LR_EXTRA="--grid embedding_lr_scale=2,4" bash scripts/gpu_checks.sh lr
 # LR_CORPUS=site tokenizes every Python file in the site-packages folder that holds torch instead of
 # torch's alone (about 5x the tokens on the CPU venv: 206 MB of source against 46 MB), into data/sitesrc_gpt2,
 # for runs that would otherwise see torch's 20M tokens many times (the 491,520-token batch):
-#   LR_CORPUS=site LR_OUT=lr_491k LR_EXTRA="--set gradient_accumulation_steps=15 --set max_iters=200 --set lr_decay_iters=200 --set warmup_iters=20" bash scripts/gpu_checks.sh lr
+#   LR_CORPUS=site LR_OUT=lr_200_491k LR_EXTRA="--set gradient_accumulation_steps=15 --set max_iters=200 --set lr_decay_iters=200 --set warmup_iters=20 --set eval_interval=50" bash scripts/gpu_checks.sh lr
+# (the plan for the next GPU session, with why: results/README.md, "Next on a GPU")
 # The rbar stage trains AdamW at 6e-4 as the lr stage would (on LR_CORPUS, without LR_EXTRA), keeping a
 # checkpoint every 100 steps, then runs scripts/noise_scale.py on them: $OUT/rbar/ (R-bar per checkpoint).
 #
