@@ -16,7 +16,8 @@ is started with ``--init_from=auto``, so an interrupted sweep picks up where it 
 runs are skipped, half-finished ones resume. The summary (``summary.csv``, ``summary.md``, and a
 heatmap ``summary.png`` when the grid has two keys) gives the final validation loss per point as
 mean ± std over the seeds that have finished (the table says so when some have not); a run that
-diverged counts as inf.
+diverged counts as inf. A sweep into a folder that an earlier sweep over the same grid keys wrote
+adds its points to the earlier ones' table rather than replacing it, so a grid can be extended.
 """
 
 from __future__ import annotations
@@ -144,8 +145,32 @@ def main(argv=None):
     return summarize(runs, list(grid), args.out)
 
 
+def recorded_runs(runs, keys: list[str], out: Path) -> list:
+    """The runs an earlier sweep into ``out`` recorded in its runs.csv (over the same grid keys) and
+    this one does not repeat: a sweep that extends a grid then tabulates all of it, instead of
+    overwriting the earlier points' summary with its own."""
+    path = out / "runs.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != [*keys, "seed", "val_loss", "finished"]:
+            return []  # another grid's table: this sweep's replaces it
+        rows = list(reader)
+    here = {(tuple(point.items()), seed) for point, seed, _ in runs}
+    earlier = []
+    for row in rows:
+        point, seed = {k: row[k] for k in keys}, int(row["seed"])
+        if (tuple(point.items()), seed) not in here and (out / run_name(point, seed)).is_dir():
+            here.add((tuple(point.items()), seed))
+            earlier.append((point, seed, out / run_name(point, seed)))
+    return earlier
+
+
 def summarize(runs, keys: list[str], out: Path) -> list[dict]:
-    """Tabulate the runs; a point's mean ± std is over its finished seeds (inf if one diverged)."""
+    """Tabulate the runs, and those an earlier sweep into ``out`` recorded; a point's mean ± std is
+    over its finished seeds (inf if one diverged)."""
+    runs = recorded_runs(runs, keys, out) + list(runs)
     rows, by_point = [], {}
     for point, seed, out_dir in runs:
         loss, done = final_val_loss(out_dir)

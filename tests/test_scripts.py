@@ -245,6 +245,22 @@ def test_sweep_summary_of_a_partly_finished_point_counts_its_finished_seeds(swee
     assert point["mean"] == pytest.approx(sum(losses) / 2)  # the unfinished seed does not make it inf
 
 
+def test_sweep_extending_a_grid_keeps_the_earlier_points_in_the_summary(sweep_out, tmp_path):
+    out, args = sweep_out
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    i = args.index("--out")
+    narrow = [a if a != "beta1=0.9,0.95" else "beta1=0.95" for a in args[:i]] + ["--out", str(copy)] + args[i + 2:]
+    summary = sweep.main([*narrow, "--summarize"])  # a later sweep over part of the same grid
+    assert {(s["beta1"], s["beta2"]) for s in summary} == {(b1, b2) for b1 in ("0.9", "0.95") for b2 in ("0.95", "0.999")}
+    assert all(s["n"] == 2 for s in summary)
+    with open(copy / "runs.csv") as f:
+        assert len(list(csv.DictReader(f))) == 8
+    # another grid's keys: its table is replaced, not mixed in
+    summary = sweep.main(["--grid", "learning_rate=1e-3", "--out", str(copy), "--summarize"])
+    assert [s["learning_rate"] for s in summary] == ["1e-3"]
+
+
 def fake_run(folder, optimizer, lr, loss, seed=1, batch_tokens=2048, params=1000, max_iters=10, **settings):
     """A finished run as train.py leaves it, for the analysis scripts: config.json and metrics.jsonl."""
     folder.mkdir(parents=True)
