@@ -55,11 +55,11 @@ $PY -c "import torch; print('torch', torch.__version__, 'on', torch.cuda.get_dev
 mkdir -p "$OUT"
 
 corpus() {  # prepare the lr and rbar stages' corpus once (LR_CORPUS); print its dataset name
-  local src
-  src=$($PY -c "import os, torch; print(os.path.dirname(torch.__file__))")
+  local src  # (errexit does not reach into $(...), so each step's failure is returned by hand)
+  src=$($PY -c "import os, torch; print(os.path.dirname(torch.__file__))") || return
   [ "$LR_CORPUS" = torch ] || src=$(dirname "$src")
   [ -f "data/${LR_CORPUS}src_gpt2/val.bin" ] ||
-    $PY -m data.pystdlib.prepare --stdlib "$src" --tokenizer tiktoken:gpt2 --out "data/${LR_CORPUS}src_gpt2" >&2
+    $PY -m data.pystdlib.prepare --stdlib "$src" --tokenizer tiktoken:gpt2 --out "data/${LR_CORPUS}src_gpt2" >&2 || return
   echo "${LR_CORPUS}src_gpt2"
 }
 

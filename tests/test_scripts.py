@@ -531,6 +531,28 @@ prev=; for a; do [ "$prev" != --out ] || mkdir -p "$a"; prev=$a; done
     assert (tmp_path / "gpu/lr_x.tar.gz").is_file() and (tmp_path / "gpu/rbar/run.tar.gz").is_file()
 
 
+def test_gpu_checks_stops_when_the_corpus_cannot_be_built(tmp_path):
+    """A failed tokenization (say, GPT-2's BPE files unreachable) stops the stage before any run starts."""
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    (root / "config").mkdir()
+    shutil.copy(REPO / "scripts/gpu_checks.sh", root / "scripts")
+    (root / "config/train_gpt2_small_adamw.py").write_text("")
+    log, shim = tmp_path / "calls.txt", tmp_path / "python"
+    shim.write_text(f"""#!/usr/bin/env bash
+if [ "$1" = -c ]; then case $2 in *cuda*) echo fake GPU; exit 0 ;; *) exec {sys.executable} "$@" ;; esac; fi
+echo "$*" >> {log}
+[ "$2" != data.pystdlib.prepare ] || {{ echo "no BPE files" >&2; exit 1; }}
+""")
+    shim.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(shim), "OUT": str(tmp_path / "gpu"), "LR_POINTS": "adamw:6e-4"}
+    for stage in ("lr", "rbar"):
+        result = subprocess.run(["bash", str(root / "scripts/gpu_checks.sh"), stage], capture_output=True, text=True,
+                                env=env, timeout=120)
+        assert result.returncode != 0 and "no BPE files" in result.stderr, result.stderr
+    assert not any("scripts.sweep" in c for c in log.read_text().splitlines())
+
+
 def test_gpu_checks_help_names_the_stages():
     result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "bash scripts/gpu_checks.sh tests optim" in result.stdout, result.stderr
