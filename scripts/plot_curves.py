@@ -34,6 +34,16 @@ def group_of(out_dir: Path, config: dict, keys: list[str] | None) -> str:
     return str(config[keys[0]]) if len(keys) == 1 else ", ".join(f"{k}={config[k]}" for k in keys)
 
 
+def line_styles(labels, keys: list[str] | None) -> dict[str, str]:
+    """A line style per curve: curves that share the first of several --group keys share one (solid,
+    dashed, ...), so that e.g. each optimizer's learning rates read as one family."""
+    if not keys or len(keys) < 2:
+        return {label: "-" for label in labels}
+    family = {label: label.split(f", {keys[1]}=")[0] for label in labels}
+    order = sorted(set(family.values()))
+    return {label: ("-", "--", ":", "-.")[order.index(family[label]) % 4] for label in labels}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="out_dirs holding metrics.jsonl and config.json")
@@ -58,7 +68,7 @@ def main(argv=None):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 4.5))
-    finals = []
+    finals, styles = [], line_styles(groups, args.group)
     for label, runs in sorted(groups.items()):
         xs = sorted(set.intersection(*({e[args.x] for e in evals} for evals in runs)))[args.skip_first:]
         if not xs:  # e.g. a run that has only just started
@@ -67,7 +77,7 @@ def main(argv=None):
         by_x = [{e[args.x]: e["val_loss"] for e in evals} for evals in runs]
         means = [statistics.mean(r[x] for r in by_x) for x in xs]
         stds = [statistics.stdev(r[x] for r in by_x) if len(by_x) > 1 else 0.0 for x in xs]
-        line, = ax.plot(xs, means, label=f"{label} (n={len(runs)}): {means[-1]:.4f}")
+        line, = ax.plot(xs, means, styles[label], label=f"{label} (n={len(runs)}): {means[-1]:.4f}")
         ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                         color=line.get_color(), alpha=0.2)
         finals.append((means[-1], line))

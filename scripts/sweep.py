@@ -168,9 +168,10 @@ def recorded_runs(runs, keys: list[str], out: Path) -> list:
 
 
 def summarize(runs, keys: list[str], out: Path) -> list[dict]:
-    """Tabulate the runs, and those an earlier sweep into ``out`` recorded; a point's mean ± std is
-    over its finished seeds (inf if one diverged)."""
-    runs = recorded_runs(runs, keys, out) + list(runs)
+    """Tabulate the runs, and those an earlier sweep into ``out`` recorded, in grid order; a point's
+    mean ± std is over its finished seeds (inf if one diverged)."""
+    runs = sorted(recorded_runs(runs, keys, out) + list(runs),
+                  key=lambda run: ([_sort_key(run[0][k]) for k in keys], run[1]))
     rows, by_point = [], {}
     for point, seed, out_dir in runs:
         loss, done = final_val_loss(out_dir)

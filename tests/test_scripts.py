@@ -150,6 +150,15 @@ def test_plot_curves_groups_seeds(sweep_out, tmp_path):
     assert (tmp_path / "c.png").exists() and (tmp_path / "c.csv").exists()
 
 
+def test_plot_curves_styles_each_value_of_the_first_group_key_alike():
+    labels = ["optimizer=adamw, learning_rate=0.001", "optimizer=adams, learning_rate=0.0002",
+              "optimizer=adamw, learning_rate=0.002", "optimizer=adams, learning_rate=0.0004"]
+    styles = plot_curves.line_styles(labels, ["optimizer", "learning_rate"])
+    assert styles[labels[0]] == styles[labels[2]] != styles[labels[1]] == styles[labels[3]]
+    assert {styles[labels[0]], styles[labels[1]]} == {"-", "--"}
+    assert set(plot_curves.line_styles(labels[:2], ["optimizer"]).values()) == {"-"}  # one key: colour alone
+
+
 def test_plot_curves_gives_a_setting_newer_than_the_run_its_default(sweep_out, tmp_path):
     out, _ = sweep_out
     old = tmp_path / "old_run"
@@ -250,9 +259,10 @@ def test_sweep_extending_a_grid_keeps_the_earlier_points_in_the_summary(sweep_ou
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     i = args.index("--out")
-    narrow = [a if a != "beta1=0.9,0.95" else "beta1=0.95" for a in args[:i]] + ["--out", str(copy)] + args[i + 2:]
+    narrow = [a if a != "beta1=0.9,0.95" else "beta1=0.9" for a in args[:i]] + ["--out", str(copy)] + args[i + 2:]
     summary = sweep.main([*narrow, "--summarize"])  # a later sweep over part of the same grid
-    assert {(s["beta1"], s["beta2"]) for s in summary} == {(b1, b2) for b1 in ("0.9", "0.95") for b2 in ("0.95", "0.999")}
+    # all four points, in grid order although the earlier sweep's 0.95 points come first in the merge
+    assert [(s["beta1"], s["beta2"]) for s in summary] == [("0.9", "0.95"), ("0.9", "0.999"), ("0.95", "0.95"), ("0.95", "0.999")]
     assert all(s["n"] == 2 for s in summary)
     with open(copy / "runs.csv") as f:
         assert len(list(csv.DictReader(f))) == 8
