@@ -5,6 +5,13 @@
 
 Each argument is a run's out_dir. With ``--group KEY [KEY ...]``, runs whose config agrees on
 those keys (e.g. ``optimizer``, or ``optimizer learning_rate``) are drawn as one curve: the mean over seeds with a band of ± one standard deviation. Writes a PNG and a CSV of the plotted numbers.
+
+With ``--minus LABEL`` a second panel shows every curve minus the one labelled LABEL (as the legend
+and the printout name it), at the evaluations both have: where a gap opens or closes along the run,
+which the loss curves, all close together, hide:
+
+    python -m scripts.plot_curves results/runs/bpe_long/adamw_lr/*/ results/runs/bpe_long/adams_lr/*/ \
+        --group optimizer learning_rate --minus "optimizer=adamw, learning_rate=0.0021"
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=Path("results/curves"), help="output path without extension")
     parser.add_argument("--title", default="validation loss")
     parser.add_argument("--skip-first", type=int, default=1, help="evaluations to leave off the plot (the untrained model's)")
+    parser.add_argument("--minus", metavar="LABEL", help="add a panel of every curve minus this one (a curve's label)")
     args = parser.parse_args(argv)
 
     groups: dict[str, list[list[dict]]] = {}
@@ -60,6 +68,9 @@ def main(argv=None):
             raise SystemExit(f"{run} has no metrics.jsonl; pass a run's out_dir")
         config, evals = load_run(run)
         groups.setdefault(group_of(run, config, args.group), []).append(evals)
+    if args.minus is not None and args.minus not in groups:
+        raise SystemExit(f"--minus {args.minus!r} names no curve; the curves are: "
+                         + "; ".join(repr(label) for label in sorted(groups)))
 
     rows = []
     import matplotlib
@@ -67,7 +78,10 @@ def main(argv=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(11, 4.5))
+    if args.minus is None:
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+    else:
+        fig, (ax, gap_ax) = plt.subplots(2, 1, figsize=(11, 7.5), sharex=True, height_ratios=(3, 2))
     finals, styles = [], line_styles(groups, args.group)
     for label, runs in sorted(groups.items()):
         xs = sorted(set.intersection(*({e[args.x] for e in evals} for evals in runs)))[args.skip_first:]
@@ -80,13 +94,25 @@ def main(argv=None):
         line, = ax.plot(xs, means, styles[label], label=f"{label} (n={len(runs)}): {means[-1]:.4f}")
         ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                         color=line.get_color(), alpha=0.2)
-        finals.append((means[-1], line))
+        finals.append((means[-1], line, label))
         rows += [dict(group=label, x=x, mean=m, std=s, n=len(runs)) for x, m, s in zip(xs, means, stds)]
-    ax.set_xlabel(args.x)
+    if args.minus is not None:
+        base = {r["x"]: r["mean"] for r in rows if r["group"] == args.minus}
+        for r in rows:
+            r["minus"] = r["mean"] - base[r["x"]] if r["x"] in base else None
+        for _, line, label in finals:
+            points = [(r["x"], r["minus"]) for r in rows if r["group"] == label and r["minus"] is not None]
+            gap_ax.plot(*zip(*points), styles[label], color=line.get_color())
+        gap_ax.axhline(0.0, color="black", linewidth=0.8)
+        gap_ax.set_ylabel(f"minus {args.minus}", fontsize="small")
+        gap_ax.grid(alpha=0.3)
+        gap_ax.set_xlabel(args.x)
+    else:
+        ax.set_xlabel(args.x)
     ax.set_ylabel("validation loss")
     fig.suptitle(args.title)  # over the whole figure: a long title over the narrow axes would be clipped
     # The legend sits right of the axes, best final loss first, so it reads as a ranking and hides no curve.
-    ranked = [line for _, line in sorted(finals, key=lambda f: f[0])]
+    ranked = [line for _, line, _ in sorted(finals, key=lambda f: f[0])]
     ax.legend(ranked, [line.get_label() for line in ranked], loc="upper left", bbox_to_anchor=(1.01, 1),
               fontsize="small")
     ax.grid(alpha=0.3)
@@ -95,7 +121,7 @@ def main(argv=None):
     fig.savefig(args.out.with_suffix(".png"), dpi=130)
     plt.close(fig)
     with open(args.out.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["group", "x", "mean", "std", "n"])
+        writer = csv.DictWriter(f, fieldnames=["group", "x", "mean", "std", "n"] + ["minus"] * (args.minus is not None))
         writer.writeheader()
         writer.writerows(rows)
     for label in sorted({r["group"] for r in rows}):

@@ -159,6 +159,21 @@ def test_plot_curves_styles_each_value_of_the_first_group_key_alike():
     assert set(plot_curves.line_styles(labels[:2], ["optimizer"]).values()) == {"-"}  # one key: colour alone
 
 
+def test_plot_curves_minus_panel_subtracts_the_named_curve(sweep_out, tmp_path):
+    out, _ = sweep_out
+    runs = [*map(str, sorted(out.glob("beta1=0.9_*")))]
+    rows = plot_curves.main([*runs, "--group", "beta2", "--minus", "0.95", "--out", str(tmp_path / "c")])
+    mean = {(r["group"], r["x"]): r["mean"] for r in rows}
+    assert all(r["minus"] == 0.0 for r in rows if r["group"] == "0.95")
+    other = [r for r in rows if r["group"] == "0.999"]
+    assert other and all(r["minus"] == pytest.approx(r["mean"] - mean["0.95", r["x"]]) for r in other)
+    assert any(r["minus"] != 0.0 for r in other)  # the two betas did train differently
+    assert "minus" in (tmp_path / "c.csv").read_text().splitlines()[0]
+    with pytest.raises(SystemExit, match="names no curve; the curves are: '0.95'; '0.999'"):
+        plot_curves.main([*runs, "--group", "beta2", "--minus", "0.9", "--out", str(tmp_path / "d")])
+    assert not (tmp_path / "d.png").exists()
+
+
 def test_plot_curves_gives_a_setting_newer_than_the_run_its_default(sweep_out, tmp_path):
     out, _ = sweep_out
     old = tmp_path / "old_run"
