@@ -29,17 +29,35 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 
 from scripts.plot_curves import load_run
 
+# the settings that shape training (other than the optimizer, its lr and the seed): they must agree
+SAME = ("dataset", "model", "n_layer", "n_head", "n_embd", "dropout", "bias", "batch_size", "block_size",
+        "gradient_accumulation_steps", "max_iters", "warmup_iters", "lr_decay_iters", "decay_lr", "decay_shape",
+        "weight_decay", "beta1", "beta2", "eps", "grad_clip", "embedding_lr_scale", "dtype", "eval_interval",
+        "eval_iters")
+
 
 def loss_curves(dirs: list[Path]) -> dict[tuple[str, float], list[dict[int, float]]]:
     """{(optimizer, lr): one {iter: val_loss} per seed} for the AdamW and AdamS runs among dirs."""
+    from configurator import TrainConfig, as_dict
+
     curves: dict[tuple[str, float], list[dict[int, float]]] = {}
+    first: tuple[Path, dict] | None = None
     for d in dirs:
         if not (d / "metrics.jsonl").exists() or not (d / "config.json").exists():
             raise SystemExit(f"{d} is not a run folder (no config.json and metrics.jsonl); pass train.py out_dirs")
         config, evals = load_run(d)
-        if config["optimizer"] in ("adamw", "adams"):
-            curves.setdefault((config["optimizer"], config["learning_rate"]), []).append(
-                {e["iter"]: e["val_loss"] for e in evals})
+        if config["optimizer"] not in ("adamw", "adams"):
+            continue
+        config = {**as_dict(TrainConfig()), **config}  # a setting added after the run was made has its default
+        if first is None:
+            first = d, config
+        differ = [k for k in SAME if config[k] != first[1][k]]
+        if differ:
+            k = differ[0]
+            raise SystemExit(f"{first[0]} and {d} differ in {k} ({first[1].get(k)!r} against {config.get(k)!r}); "
+                             "compare runs of one setting at a time")
+        curves.setdefault((config["optimizer"], config["learning_rate"]), []).append(
+            {e["iter"]: e["val_loss"] for e in evals})
     return curves
 
 

@@ -624,4 +624,10 @@ def test_step_matched_refuses_bad_input(tmp_path):
         step_matched.main([str(w), str(s), "--rbar", "3", "--at", "20", "--out", str(tmp_path / "m")])
     with pytest.raises(SystemExit, match="is not a run folder"):
         step_matched.main([str(tmp_path), "--rbar", "3", "--out", str(tmp_path / "m")])
+    longer = _fake_run(tmp_path, "adams", 2e-3, 1, {10: 3.0})
+    saved = json.loads((longer / "config.json").read_text())
+    saved["config"]["max_iters"] = 10_000  # another run length: not comparable
+    (longer / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(SystemExit, match="differ in max_iters .* compare runs of one setting at a time"):
+        step_matched.main([str(w), str(s), str(longer), "--rbar", "3", "--out", str(tmp_path / "m")])
     assert not (tmp_path / "m.csv").exists()
