@@ -4,11 +4,12 @@
     python -m scripts.lr_transfer RUNS... --noise results/analysis/noise_scale.csv     # adds B / B_noise
 
 Reads each run's config.json and metrics.jsonl (runs that did not reach max_iters are left out),
-groups them by model size, tokens per step, number of steps, optimizer and peak learning rate, and for
-every (size, batch, steps, optimizer) finds the best learning rate: the grid point with the lowest mean final
+groups them by model size, tokens per step, number of steps, betas, optimizer and peak learning rate, and
+for every (size, batch, steps, betas, optimizer) finds the best learning rate: the grid point with the lowest mean final
 validation loss, and a refined estimate from a parabola through it and its two neighbours in
 log(lr) (only when the best point has a neighbour on each side, i.e. the optimum is bracketed).
-Then the ratio best-lr(AdamS) / best-lr(AdamW) per size, batch and run length.
+Then the ratio best-lr(AdamS) / best-lr(AdamW) per size, batch, run length and betas (an AdamS grid at
+betas no AdamW grid shares gets its best lr and no ratio).
 
 Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT.csv and OUT.md (best lr per
 optimizer and the ratio, per size, batch and run length) and OUT.png (loss against lr; the ratio
@@ -32,11 +33,17 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 from scripts.sweep import final_val_loss
 
 OPTIMIZERS = ("adamw", "adams")
-SETTING = ("params", "batch_tokens", "steps")  # what a best lr belongs to
+SETTING = ("params", "batch_tokens", "steps", "betas")  # what a best lr belongs to
 
 
 def setting_of(point: dict) -> tuple:
     return tuple(point[k] for k in SETTING)
+
+
+def in_order(setting: tuple) -> tuple:
+    """A sort key for settings: numbers as numbers, betas (which may be unknown: None) as text."""
+    *numbers, betas = setting
+    return (*numbers, str(betas))
 
 
 def read_runs(dirs: list[Path]) -> list[dict]:
@@ -49,20 +56,23 @@ def read_runs(dirs: list[Path]) -> list[dict]:
         cfg, derived = info["config"], info["derived"]
         runs.append(dict(params=derived["parameters"], batch_tokens=derived["tokens_per_iter"], optimizer=cfg["optimizer"],
                          lr=cfg["learning_rate"], seed=cfg["seed"], max_iters=cfg["max_iters"],
+                         betas=(cfg.get("beta1"), cfg.get("beta2")),
                          val_loss=loss if math.isfinite(loss) else math.inf, run=str(d)))
     return runs
 
 
 def grid_points(runs: list[dict]) -> list[dict]:
-    """Mean ± std of the final validation loss for every (size, batch, steps, optimizer, lr)."""
+    """Mean ± std of the final validation loss for every (size, batch, steps, betas, optimizer, lr)."""
     groups: dict[tuple, list[float]] = {}
     for r in runs:
-        key = r["params"], r["batch_tokens"], r["max_iters"], r["optimizer"], r["lr"]
+        key = r["params"], r["batch_tokens"], r["max_iters"], r["betas"], r["optimizer"], r["lr"]
         groups.setdefault(key, []).append(r["val_loss"])
     points = []
-    for (params, batch, steps, opt, lr), losses in sorted(groups.items()):
+    for (params, batch, steps, betas, opt, lr), losses in sorted(groups.items(),
+                                                                       key=lambda kv: (in_order(kv[0][:4]), kv[0][4:])):
         finite = all(math.isfinite(x) for x in losses)
-        points.append(dict(params=params, batch_tokens=batch, steps=steps, optimizer=opt, lr=lr, n=len(losses),
+        points.append(dict(params=params, batch_tokens=batch, steps=steps, betas=betas, optimizer=opt, lr=lr,
+                           n=len(losses),
                            mean=statistics.mean(losses) if finite else math.inf,
                            std=statistics.stdev(losses) if finite and len(losses) > 1 else 0.0))
     return points
@@ -97,7 +107,7 @@ def best_lr(points: list[dict]) -> dict:
 
 def table(points: list[dict]) -> list[dict]:
     rows = []
-    for setting in sorted({setting_of(p) for p in points}):
+    for setting in sorted({setting_of(p) for p in points}, key=in_order):
         row = dict(zip(SETTING, setting))
         for opt in OPTIMIZERS:
             mine = [p for p in points if setting_of(p) == setting and p["optimizer"] == opt]
@@ -121,6 +131,10 @@ def noise_by_batch(path: Path) -> dict[int, float]:
     return {b: statistics.median(v) for b, v in by_batch.items()}
 
 
+def betas_text(betas: tuple) -> str:
+    return "β " + ", ".join("?" if b is None else f"{b:g}" for b in betas)
+
+
 def markdown(rows: list[dict]) -> str:
     def lr(row, opt):
         if f"{opt}_best_lr" not in row:
@@ -132,12 +146,15 @@ def markdown(rows: list[dict]) -> str:
         fitted = row[f"{opt}_fitted_lr"]
         return text + (f", fit {fitted:.3g}" if fitted else "")
 
-    lines = ["| params | tokens/step | steps | AdamW best lr (loss ± std, seeds) | AdamS best lr (loss ± std, seeds) | "
-             "ratio (grid) | ratio (fit) |", "| ---: | ---: | ---: | --- | --- | ---: | ---: |"]
+    betas = len({row["betas"] for row in rows}) > 1  # a column only where they differ
+    lines = ["| params | tokens/step | steps | " + ("β1, β2 | " if betas else "") + "AdamW best lr (loss ± std, seeds) | "
+             "AdamS best lr (loss ± std, seeds) | ratio (grid) | ratio (fit) |",
+             "| ---: | ---: | ---: | " + ("---: | " if betas else "") + "--- | --- | ---: | ---: |"]
     for row in rows:
         grid = f"{row['ratio_grid']:.3g}" if row.get("ratio_grid") else "—"
         fit = f"{row['ratio_fitted']:.3g}" if row.get("ratio_fitted") else "—"
-        lines.append(f"| {row['params']:,} | {row['batch_tokens']:,} | {row['steps']:,} | {lr(row, 'adamw')} | "
+        lines.append(f"| {row['params']:,} | {row['batch_tokens']:,} | {row['steps']:,} | "
+                     + (f"{betas_text(row['betas'])} | " if betas else "") + f"{lr(row, 'adamw')} | "
                      f"{lr(row, 'adams')} | {grid} | {fit} |")
     return "\n".join(lines) + "\n"
 
@@ -184,16 +201,17 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = sorted({setting_of(p) for p in points})
+    settings = sorted({setting_of(p) for p in points}, key=in_order)
     varies = [k for k in SETTING if len({s[SETTING.index(k)] for s in settings}) > 1]
-    units = dict(params=lambda v: f"{v / 1e6:.2f}M", batch_tokens=lambda v: f"{v:,} tok", steps=lambda v: f"{v:,} steps")
+    units = dict(params=lambda v: f"{v / 1e6:.2f}M", batch_tokens=lambda v: f"{v:,} tok", steps=lambda v: f"{v:,} steps",
+                 betas=betas_text)
 
     def name(setting, skip=()):
         return ", ".join(units[k](v) for k, v in zip(SETTING, setting) if k in varies and k not in skip)
 
     colors = {s: plt.get_cmap("viridis")(i / max(1, len(settings) - 1) * 0.85) for i, s in enumerate(settings)}
     # the ratio against each of size, batch and run length that varies, plus B/B_noise when known
-    axes_keys = varies or ["batch_tokens"]
+    axes_keys = [k for k in varies if k != "betas"] or ["batch_tokens"]
     axes_keys += ["b_over_b_noise"] if any("b_over_b_noise" in r for r in rows) else []
     labels = dict(params="parameters", batch_tokens="batch (tokens per step)", steps="steps (run length)",
                   b_over_b_noise="batch / B_noise (B_simple)")

@@ -28,6 +28,9 @@ keeps; each one is a point along the run). At each checkpoint's weights:
    R̄, the ratio the lr rule divides by, is the body's: with GPT-2's 50K vocabulary the embedding
    holds most of a small model's weights and steps far less long under AdamS than the blocks do,
    while AdamS's best lr followed the blocks (results/README.md, "GPT-2's vocabulary").
+   ``--adams_beta2 B`` gives AdamS another β2 than the run's in both ratios (AdamW's moments stay
+   the run's, and the momentum, which depends on β1 only, is the same): the step-length ratio, and
+   so the lr rule, for AdamS run at that β2.
 
 Writes OUT.csv (one row per run, checkpoint and tensor, plus 'body', 'embedding' and 'all'; the
 summed squares of both updates too, so any other group's ratio can be formed from it),
@@ -136,16 +139,19 @@ def ratio(sums: tuple[float, float]) -> float:
 
 
 def adamw_and_adams_updates(grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int,
-                            beta1: float, beta2: float, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                            beta1: float, beta2: float, eps: float,
+                            adams_beta2: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The update (per unit lr, without weight decay) AdamW makes at step ``step + 1`` from its
     state and ``grad``, and the one AdamS (with the authors' bias correction) would make from
-    the same momentum: v = β2·(m/bc)² + (1 − β2)·g²."""
+    the same momentum: v = β2'·(m/bc)² + (1 − β2')·g², where β2' is ``adams_beta2`` (AdamW's
+    β2 when None). The momentum depends on β1 only, so it is the same for any β2'."""
+    b2s = beta2 if adams_beta2 is None else adams_beta2
     t = step + 1
     bc1, bc2 = 1 - beta1**t, 1 - beta2**t
     m = beta1 * exp_avg + (1 - beta1) * grad
     v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
     adamw = (m / bc1) / ((v / bc2).sqrt() + eps)
-    adams = (m / bc1) / ((beta2 * (exp_avg / bc1) ** 2 + (1 - beta2) * grad * grad).sqrt() + eps)
+    adams = (m / bc1) / ((b2s * (exp_avg / bc1) ** 2 + (1 - b2s) * grad * grad).sqrt() + eps)
     return adamw, adams
 
 
@@ -192,7 +198,7 @@ def run_name(out_dir: Path) -> str:
 
 
 def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: torch.device,
-            data_dir: str | None = None) -> tuple[list[dict], list[dict]]:
+            data_dir: str | None = None, adams_beta2: float | None = None) -> tuple[list[dict], list[dict]]:
     """Rows (per checkpoint and tensor) and ratio rows (per checkpoint and batch size) for one run."""
     paths = checkpoint.checkpoints(out_dir)
     if not paths:
@@ -208,16 +214,19 @@ def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: 
         cfg = state["config"]
         if data is None:
             data = dataset.load(data_dir or cfg["data_dir"], cfg["dataset"], cfg["block_size"])
-        r, rr = measure_checkpoint(state, data["train"], micro_batches, batch_tokens, device)
+        r, rr = measure_checkpoint(state, data["train"], micro_batches, batch_tokens, device, adams_beta2)
         rows += [dict(run=name, **row) for row in r]
         ratio_rows += [dict(run=name, **row) for row in rr]
     return rows, ratio_rows
 
 
 def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: list[int],
-                       device: torch.device) -> tuple[list[dict], list[dict]]:
+                       device: torch.device, adams_beta2: float | None = None) -> tuple[list[dict], list[dict]]:
+    """``adams_beta2``: AdamS's β2 in the predicted and measured ratios (the run's own when None);
+    AdamW's moments are always the run's."""
     cfg, it, vocab = state["config"], state["iter_num"], state["model_args"]["vocab_size"]
     b1, b2, eps = cfg["beta1"], cfg["beta2"], cfg["eps"]
+    b2s = b2 if adams_beta2 is None else adams_beta2
     b = cfg["batch_size"] * cfg["block_size"]  # tokens per micro-batch
     run_batch = b * cfg["gradient_accumulation_steps"]
     model = load_checkpoint_model(state, device)
@@ -229,7 +238,7 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
         for name, g in grad.items():
             s = state["optimizer"]["state"][name]
             m, v, step = s["exp_avg"].double().to(device), s["exp_avg_sq"].double().to(device), int(s["step"])
-            updates[name] = adamw_and_adams_updates(g.double(), m, v, step, b1, b2, eps)
+            updates[name] = adamw_and_adams_updates(g.double(), m, v, step, b1, b2, eps, b2s)
             drift[name] = drift_variance(m, v, step, b1, b2, var[name] * b / run_batch)
     names = list(mean)
     embeddings = token_embeddings(model)
@@ -241,14 +250,14 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
     def predictions(picked: list[str], batch: float) -> tuple[float, float]:
         """R(batch) from sampling noise alone, and from sampling noise plus the drift."""
         m, v = flat(mean, picked), flat(var, picked)
-        alone = ratio(update_sq_sums(*batch_noise_moments(m, v, k, b, batch), b1, b2))
+        alone = ratio(update_sq_sums(*batch_noise_moments(m, v, k, b, batch), b1, b2s))
         if not drift:
             return alone, math.nan
         mu2 = torch.cat([drift[n][0].flatten() for n in picked])
         d2 = torch.cat([drift[n][1].flatten() for n in picked])
-        return alone, ratio(update_sq_sums(mu2, d2 + v * b / batch, b1, b2))
+        return alone, ratio(update_sq_sums(mu2, d2 + v * b / batch, b1, b2s))
 
-    common = dict(iter=it, tokens_per_micro_batch=b, micro_batches=k, run_batch_tokens=run_batch)
+    common = dict(iter=it, tokens_per_micro_batch=b, micro_batches=k, run_batch_tokens=run_batch, adams_beta2=b2s)
     update_sq = {n: (u_w.pow(2).sum().item(), u_s.pow(2).sum().item()) for n, (u_w, u_s) in updates.items()}
     rows = []
     split = {BODY: body, EMBEDDING: [n for n in names if n in embeddings]} if body and len(body) < len(names) else {}
@@ -284,16 +293,22 @@ def main(argv=None):
                         help="batch sizes (tokens) to predict the ratio at; each run's own is always added")
     parser.add_argument("--data_dir", help="read the data from here instead of the run's data_dir")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--adams_beta2", type=float,
+                        help="AdamS's beta2 in the predicted and measured step ratios (default: the run's own, as "
+                             "the paper shares it); the run's AdamW moments are used as they are")
     parser.add_argument("--seed", type=int, default=0, help="torch seed (dropout masks, if the run has dropout)")
     parser.add_argument("--out", type=Path, default=Path("results/analysis/noise_scale"))
     args = parser.parse_args(argv)
     if args.micro_batches < 2:
         parser.error("--micro_batches must be at least 2")
+    if args.adams_beta2 is not None and not 0 <= args.adams_beta2 < 1:
+        parser.error(f"--adams_beta2 must be in [0, 1), got {args.adams_beta2}")
 
     torch.manual_seed(args.seed)
     rows, ratio_rows = [], []
     for run in args.runs:
-        r, rr = measure(run, args.micro_batches, args.batch_tokens, torch.device(args.device), args.data_dir)
+        r, rr = measure(run, args.micro_batches, args.batch_tokens, torch.device(args.device), args.data_dir,
+                        args.adams_beta2)
         rows += r
         ratio_rows += rr
     args.out.parent.mkdir(parents=True, exist_ok=True)

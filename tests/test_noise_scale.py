@@ -93,12 +93,15 @@ def test_typical_ratio_is_the_geometric_mean_over_checkpoints():
     assert ns.typical_ratio(rows, ns.ALL) == {"a/x": (pytest.approx(4.0), 2)}
 
 
-def test_updates_match_torch_adamw_and_our_adams():
+@pytest.mark.parametrize("adams_beta2", [None, 0.5, 0.99])
+def test_updates_match_torch_adamw_and_our_adams(adams_beta2):
+    # AdamS at its own beta2 (AdamW's when None) from AdamW's momentum: the optimizer at that beta2
     gen = torch.Generator().manual_seed(1)
     p0, g_old, g = (torch.randn(64, generator=gen, dtype=torch.float64) for _ in range(3))
     beta1, beta2, eps = 0.9, 0.95, 1e-8
+    b2s = beta2 if adams_beta2 is None else adams_beta2
     adamw = torch.optim.AdamW([p := p0.clone().requires_grad_()], lr=1.0, betas=(beta1, beta2), eps=eps, weight_decay=0)
-    adams = AdamS([s := p0.clone().requires_grad_()], lr=1.0, betas=(beta1, beta2), eps=eps, weight_decay=0, foreach=False)
+    adams = AdamS([s := p0.clone().requires_grad_()], lr=1.0, betas=(beta1, b2s), eps=eps, weight_decay=0, foreach=False)
     for opt, param in ((adamw, p), (adams, s)):
         param.grad = g_old.clone()
         opt.step()
@@ -109,7 +112,7 @@ def test_updates_match_torch_adamw_and_our_adams():
     for opt, param in ((adamw, p), (adams, s)):
         param.grad = g.clone()
         opt.step()
-    u_w, u_s = ns.adamw_and_adams_updates(g, m, v, step, beta1, beta2, eps)
+    u_w, u_s = ns.adamw_and_adams_updates(g, m, v, step, beta1, beta2, eps, adams_beta2)
     assert torch.allclose(before_w - p.detach(), u_w, rtol=1e-12, atol=1e-14)
     assert torch.allclose(before_s - s.detach(), u_s, rtol=1e-12, atol=1e-14)
 
@@ -161,3 +164,14 @@ def test_on_a_real_run_the_measured_update_is_the_step_the_run_took(data_dir, tm
             decay = cfg.weight_decay if a["model"][name].dim() >= 2 else 0.0
             expected = a["model"][name] * (1 - lr * decay) - lr * u_w
             assert torch.allclose(b["model"][name], expected, atol=1e-6), name
+
+    # AdamS at another beta2: AdamW's side is untouched, AdamS's step changes, and the rows say which beta2
+    rows_b2, _ = ns.main([str(cfg.out_dir), "--micro_batches", "4", "--adams_beta2", "0.5",
+                          "--out", str(tmp_path / "noise_b2")])
+    assert {r["adams_beta2"] for r in rows_b2} == {0.5} and {r["adams_beta2"] for r in rows} == {0.95}
+    for r, r_b2 in zip(rows, rows_b2):
+        assert (r["iter"], r["tensor"]) == (r_b2["iter"], r_b2["tensor"])
+        assert r_b2["adamw_update_sq"] == pytest.approx(r["adamw_update_sq"], rel=1e-12)
+    assert any(r_b2["adams_update_sq"] != pytest.approx(r["adams_update_sq"]) for r, r_b2 in zip(rows, rows_b2))
+    with pytest.raises(SystemExit):
+        ns.main([str(cfg.out_dir), "--adams_beta2", "1.0"])

@@ -339,6 +339,23 @@ def test_lr_transfer_keeps_run_lengths_apart(tmp_path):
     assert [line.split("|")[3].strip() for line in (tmp_path / "t.md").read_text().splitlines()[2:]] == ["10", "80"]
 
 
+def test_lr_transfer_keeps_betas_apart(tmp_path):
+    # AdamS at beta2 0.95 (best 1e-3) and 0.99 (best 5e-4), AdamW at 0.95 only (best 4e-3): pooled, the
+    # two AdamS grids would blur into one optimum; apart, each is exact, and only 0.95 has a ratio
+    runs = []
+    for opt, beta2, best in (("adamw", 0.95, 4e-3), ("adams", 0.95, 1e-3), ("adams", 0.99, 5e-4)):
+        for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3):
+            runs.append(fake_run(tmp_path / f"{opt}_{beta2}_{lr}", opt, lr, math.log2(lr / best) ** 2 + 2,
+                                 beta1=0.9, beta2=beta2))
+    points, rows = lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "t")])
+    assert len(points) == 18 and [r["betas"] for r in rows] == [(0.9, 0.95), (0.9, 0.99)]
+    assert rows[0]["ratio_fitted"] == pytest.approx(0.25) and rows[1]["adams_fitted_lr"] == pytest.approx(5e-4)
+    assert "adamw_best_lr" not in rows[1] and rows[1].get("ratio_grid") is None
+    table = (tmp_path / "t.md").read_text().splitlines()
+    assert "β1, β2" in table[0] and [line.split("|")[4].strip() for line in table[2:]] == ["β 0.9, 0.95", "β 0.9, 0.99"]
+    assert (tmp_path / "t.png").exists()
+
+
 def test_cuda_step_host_time_takes_the_triton_branch():
     # results/cpu/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
     # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
