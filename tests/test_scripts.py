@@ -368,6 +368,45 @@ def test_cuda_step_host_time_takes_the_triton_branch():
     assert all(0 < float(x) < 100 for r in rows for x in r[2:])
 
 
+def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
+    # results/analysis/beta2_lr.py on a made-up repo: AdamW best 4e-3 (exact parabola), AdamS at beta2
+    # 0.95 (best 1e-3) and 0.99 (best 5e-4); R-bar of the body 4 (geometric mean of 2 and 8) and 5. AdamS
+    # at beta1 0.95 (best 2.5e-4) is kept apart and gets no R-bar: the probe's momentum is beta1 0.9
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("beta2_lr", REPO / "results/analysis/beta2_lr.py")
+    beta2_lr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(beta2_lr)
+    runs = []
+    for opt, beta1, beta2, best in (("adamw", 0.9, 0.95, 4e-3), ("adams", 0.9, 0.95, 1e-3), ("adams", 0.9, 0.99, 5e-4),
+                                    ("adams", 0.95, 0.95, 2.5e-4)):
+        for lr in (1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3):
+            runs.append(fake_run(tmp_path / "runs" / f"{opt}_{beta1}_{beta2}_{lr}", opt, lr,
+                                 math.log2(lr / best) ** 2 + 2, beta1=beta1, beta2=beta2))
+    (tmp_path / "results/analysis").mkdir(parents=True)
+    lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "results/beta2_lr")])
+    for beta2, ratios in ((0.95, (2.0, 8.0)), (0.99, (5.0,))):
+        folder = tmp_path / f"results/analysis/noise_scale_beta2/beta2={beta2}"
+        folder.mkdir(parents=True)
+        with open(folder / "noise_scale.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["run", "iter", "tensor", "measured_ratio", "adams_beta2"])
+            writer.writeheader()
+            for i, r in enumerate(ratios):  # the whole model's row must not be the one read
+                writer.writerow(dict(run="p", iter=i, tensor="body", measured_ratio=r, adams_beta2=beta2))
+                writer.writerow(dict(run="p", iter=i, tensor="all", measured_ratio=100.0, adams_beta2=beta2))
+    table = beta2_lr.main(tmp_path)
+    assert [(t["beta1"], t["beta2"]) for t in table] == [(0.9, 0.95), (0.9, 0.99), (0.95, 0.95)]
+    assert [t["rbar"] for t in table[:2]] == [pytest.approx(4.0), pytest.approx(5.0)]
+    assert math.isnan(table[2]["rbar"])
+    assert [t["fitted_lr"] for t in table] == [pytest.approx(1e-3), pytest.approx(5e-4), pytest.approx(2.5e-4)]
+    assert table[0]["pure_noise"] == pytest.approx(10**0.5)  # 1/sqrt(c) at (0.9, 0.95)
+    out = capsys.readouterr().out
+    assert "| 0.9, 0.95 | 4.00 | 3.16 | 0.001 | 0.001 (fit 0.001) | 2.000 (1) | 1.00 |" in out
+    assert "| 0.9, 0.99 | 5.00 | 4.01 | 0.0008 | 0.0005 (fit 0.0005) | 2.000 (1) | 1.60 |" in out
+    assert "| 0.95, 0.95 | — | 3.67 | — | 0.00025 (fit 0.00025) | 2.000 (1) | — |" in out
+    assert (tmp_path / "results/analysis/beta2_lr.png").stat().st_size > 0
+
+
 def write_noise_csv(path, tensor_ratios, run="a"):
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["run", "iter", "tensor", "measured_ratio"])
