@@ -394,7 +394,9 @@ def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
             for i, r in enumerate(ratios):  # the whole model's row must not be the one read
                 writer.writerow(dict(run="p", iter=i, tensor="body", measured_ratio=r, adams_beta2=beta2))
                 writer.writerow(dict(run="p", iter=i, tensor="all", measured_ratio=100.0, adams_beta2=beta2))
-    table = beta2_lr.main(tmp_path)
+    with pytest.raises(SystemExit, match="does not exist"):
+        beta2_lr.main(["--lr", "results/missing"], root=tmp_path)
+    table = beta2_lr.main([], root=tmp_path)
     assert [(t["beta1"], t["beta2"]) for t in table] == [(0.9, 0.95), (0.9, 0.99), (0.95, 0.95)]
     assert [t["rbar"] for t in table[:2]] == [pytest.approx(4.0), pytest.approx(5.0)]
     assert math.isnan(table[2]["rbar"])

@@ -1,7 +1,7 @@
 """AdamS's best learning rate at each β2, beside the lr rule's AdamW-best / R̄(β2).
 
     python -m scripts.lr_transfer results/runs/beta2_lr/*/*/ results/runs/lr_batch/adam{w,s}_2k/*/ --out results/beta2_lr
-    python results/analysis/beta2_lr.py
+    python results/analysis/beta2_lr.py      # --lr results/beta2_lr --rbar results/analysis/noise_scale_beta2
 
 Reads lr_transfer's grid (results/beta2_lr{,_points}.csv: AdamS at several β2, AdamW at the paper's
 (0.9, 0.95)) and noise_scale's step-length ratios along one AdamW run with AdamS put at each β2
@@ -13,6 +13,7 @@ pure-noise limit, c = 1 − 2β1β2/(1 + β1) (scripts/noise_scale.py).
 
 from __future__ import annotations
 
+import argparse
 import ast
 import csv
 import math
@@ -44,14 +45,23 @@ def measured_rbar(folder: Path) -> dict[float, float]:
     return rbar
 
 
-def main(root: Path = ROOT) -> list[dict]:
-    rows = read_csv(root / "results/beta2_lr.csv")
-    points = read_csv(root / "results/beta2_lr_points.csv")
-    rbar = measured_rbar(root / "results/analysis/noise_scale_beta2")
+def main(argv=None, root: Path = ROOT) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lr", default="results/beta2_lr", help="lr_transfer's --out (one AdamW grid, AdamS at several betas)")
+    parser.add_argument("--rbar", default="results/analysis/noise_scale_beta2",
+                        help="folder of beta2=B/noise_scale.csv, one per AdamS beta2, along one AdamW probe run")
+    parser.add_argument("--out", default="results/analysis/beta2_lr", help="the figure, as OUT.png")
+    args = parser.parse_args(argv)
+    lr_out = root / args.lr
+    if not lr_out.with_suffix(".csv").is_file():
+        raise SystemExit(f"{lr_out}.csv does not exist; run lr_transfer as this file's docstring says")
+    rows = read_csv(lr_out.with_suffix(".csv"))
+    points = read_csv(lr_out.with_name(lr_out.name + "_points.csv"))
+    rbar = measured_rbar(root / args.rbar)
     adamw = [r for r in rows if number(r.get("adamw_best_lr", ""))]
     if len(adamw) != 1:
-        raise SystemExit("results/beta2_lr.csv must hold exactly one AdamW grid (the reference); rerun lr_transfer "
-                         "as this file's docstring says")
+        raise SystemExit(f"{lr_out}.csv must hold exactly one AdamW grid (the reference), not {len(adamw)}; rerun "
+                         "lr_transfer with one")
     adamw_best = number(adamw[0]["adamw_fitted_lr"]) or number(adamw[0]["adamw_best_lr"])
     probe_beta1 = ast.literal_eval(adamw[0]["betas"])[0]  # the AdamW probe's momentum is the reference's
     table = []
@@ -75,11 +85,12 @@ def main(root: Path = ROOT) -> list[dict]:
         ratio = f"{adamw_best / t['rbar'] / best:.2f}" if math.isfinite(t["rbar"]) else "—"
         print(f"| {t['beta1']:g}, {t['beta2']:g} | {rule} | {t['best_lr']:.2g}{fit} | {t['best_loss']:.3f} ({t['n']}) "
               f"| {ratio} |")
-    plot(table, points, adamw_best, probe_beta1, root / "results/analysis/beta2_lr.png")
+    title = f"{float(rows[0]['params']) / 1e6:.2g}M GPT, {int(rows[0]['steps']):,} steps of {int(rows[0]['batch_tokens']):,} tokens"
+    plot(table, points, adamw_best, probe_beta1, title, (root / args.out).with_suffix(".png"))
     return table
 
 
-def plot(table: list[dict], points: list[dict], adamw_best: float, beta1: float, path: Path) -> None:
+def plot(table: list[dict], points: list[dict], adamw_best: float, beta1: float, title: str, path: Path) -> None:
     """Left: loss against lr for every AdamS (β1, β2) and AdamW. Right: best lr against β2 at ``beta1``."""
     import matplotlib
 
@@ -97,8 +108,7 @@ def plot(table: list[dict], points: list[dict], adamw_best: float, beta1: float,
     mine = sorted((p for p in points if p["optimizer"] == "adamw"), key=lambda p: float(p["lr"]))
     left.errorbar([float(p["lr"]) for p in mine], [float(p["mean"]) for p in mine], [float(p["std"]) for p in mine],
                   fmt="o--", ms=4, capsize=2, color="black", label="AdamW, β = (0.9, 0.95)")
-    left.set(xscale="log", xlabel="peak learning rate", ylabel="final validation loss",
-             title="0.82M GPT, 300 steps of 2,048 tokens")
+    left.set(xscale="log", xlabel="peak learning rate", ylabel="final validation loss", title=title)
     lrs = sorted({float(p["lr"]) for p in points})
     left.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
     left.set_xticks([], minor=True)
