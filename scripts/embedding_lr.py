@@ -38,6 +38,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scripts import out_file
 from scripts.sweep import final_val_loss
 
 TIED = "transformer.wte.weight"
@@ -191,7 +192,7 @@ def main(argv=None):
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fields = ["optimizer", "lr", "embedding_lr_scale", "seed", "embedding_lr", "embedding_ratio", "effective_embedding_lr",
               "val_loss", "run"]
-    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
+    with open(out_file(args.out, ".csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(r for rs in groups.values() for r in rs)
@@ -211,8 +212,8 @@ def main(argv=None):
         diffs = [m["difference"] for m in matched]
         print(f"mean difference {sum(diffs) / len(diffs):+.3f} over {len(diffs)} runs "
               f"(from {min(diffs):+.3f} to {max(diffs):+.3f})")
-    plot(groups, args.out.with_suffix(".png"))
-    print(f"wrote {args.out.with_suffix('.csv')} and {args.out.with_suffix('.png')}")
+    plot(groups, out_file(args.out, ".png"))
+    print(f"wrote {out_file(args.out, '.csv')} and {out_file(args.out, '.png')}")
     return runs
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scripts import out_file
 from scripts.sweep import final_val_loss
 
 OPTIMIZERS = ("adamw", "adams")
@@ -178,11 +179,11 @@ def main(argv=None):
             row["b_over_b_noise"] = row["batch_tokens"] / noise[row["batch_tokens"]]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(args.out.with_name(args.out.name + "_points.csv"), points)
-    write_csv(args.out.with_suffix(".csv"), rows)
+    write_csv(out_file(args.out, ".csv"), rows)
     text = markdown(rows)
-    args.out.with_suffix(".md").write_text(text)
+    out_file(args.out, ".md").write_text(text)
     print(text)
-    plot(points, rows, args.out.with_suffix(".png"))
+    plot(points, rows, out_file(args.out, ".png"))
     print(f"wrote {args.out}.csv, .md, .png and {args.out.name}_points.csv")
     return points, rows
 

@@ -54,6 +54,7 @@ import checkpoint
 import dataset
 from model import LanguageModel, architecture
 from optim.registry import token_embeddings
+from scripts import out_file
 
 PAPER_BATCH = 491_520  # tokens per step in the paper's GPT-2 runs (480 x 1024)
 ALL = "all"
@@ -312,7 +313,7 @@ def main(argv=None):
         rows += r
         ratio_rows += rr
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out.with_suffix(".csv"), rows)
+    write_csv(out_file(args.out, ".csv"), rows)
     write_csv(args.out.with_name(args.out.name + "_ratio.csv"), ratio_rows)
     for row in (r for r in rows if r["tensor"] == ALL):
         measured = f", measured {row['measured_ratio']:.2f}" if not math.isnan(row["measured_ratio"]) else ""
@@ -334,8 +335,8 @@ def main(argv=None):
             print(f"{run}: the token embedding's own ratio is {emb:.2f}, so at AdamW's lr / R̄ AdamS under-trains it; "
                   f"give AdamS an embedding_lr_scale R̄ / {emb:.2f} = {ratio / emb:.2g}x the one AdamW uses "
                   f"(results/README.md, 'GPT-2's vocabulary')")
-    plot(rows, ratio_rows, args.out.with_suffix(".png"))
-    print(f"wrote {args.out.with_suffix('.csv')}, {args.out.name}_ratio.csv and {args.out.with_suffix('.png')}")
+    plot(rows, ratio_rows, out_file(args.out, ".png"))
+    print(f"wrote {out_file(args.out, '.csv')}, {args.out.name}_ratio.csv and {out_file(args.out, '.png')}")
     return rows, ratio_rows
 
 

@@ -20,7 +20,13 @@ import argparse
 import csv
 import json
 import statistics
+import sys
 from pathlib import Path
+
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts import out_file
 
 
 def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
@@ -118,16 +124,16 @@ def main(argv=None):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out.with_suffix(".png"), dpi=130)
+    fig.savefig(out_file(args.out, ".png"), dpi=130)
     plt.close(fig)
-    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
+    with open(out_file(args.out, ".csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["group", "x", "mean", "std", "n"] + ["minus"] * (args.minus is not None))
         writer.writeheader()
         writer.writerows(rows)
     for label in sorted({r["group"] for r in rows}):
         last = [r for r in rows if r["group"] == label][-1]
         print(f"{label}: final val loss {last['mean']:.4f} ± {last['std']:.4f} (n={last['n']})")
-    print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.csv')}")
+    print(f"wrote {out_file(args.out, '.png')} and {out_file(args.out, '.csv')}")
     return rows
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scripts import out_file
 from scripts.plot_curves import load_run
 
 # the settings that shape training (other than the optimizer, its lr and the seed): they must agree
@@ -159,13 +160,13 @@ def main(argv=None):
 
     rows = step_matched(curves, args.rbar, steps)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
+    with open(out_file(args.out, ".csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     text = markdown(rows, steps, args.rbar)
-    args.out.with_suffix(".md").write_text(text)
-    plot(curves, rows, steps, args.rbar, args.out.with_suffix(".png"))
+    out_file(args.out, ".md").write_text(text)
+    plot(curves, rows, steps, args.rbar, out_file(args.out, ".png"))
     print(text)
     print(f"wrote {args.out}.csv, .md and .png")
     return rows

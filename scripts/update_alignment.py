@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 
 from model import GPT, GPTConfig
 from optim.adam_mini import block_mean, expand_blocks, partition
+from scripts import out_file
 from tokens import read_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +137,7 @@ def main(argv=None):
         raise SystemExit(f"the AdamW update computed here differs from torch's AdamW by {worst_check:.3g}")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
+    with open(out_file(args.out, ".csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["step", "param", *SUMMARIES])
         writer.writeheader()
         writer.writerows(rows)
@@ -150,8 +151,8 @@ def main(argv=None):
         parts = ", ".join(f"steps {steps[t[0]]}-{steps[t[-1]]}: {stat(grid[:, t]):.3f}" for t in thirds if len(t))
         print(f"{key}: {stat.__name__} {what} {stat(grid):.3f} (min {grid.min():.3f}, max {grid.max():.3f}); "
               f"by thirds of the run: {parts}")
-    plot(grids, params, steps, args.out.with_suffix(".png"))
-    print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.csv')}")
+    plot(grids, params, steps, out_file(args.out, ".png"))
+    print(f"wrote {out_file(args.out, '.png')} and {out_file(args.out, '.csv')}")
     return grids
 
 

@@ -354,6 +354,11 @@ def test_lr_transfer_keeps_betas_apart(tmp_path):
     table = (tmp_path / "t.md").read_text().splitlines()
     assert "β1, β2" in table[0] and [line.split("|")[4].strip() for line in table[2:]] == ["β 0.9, 0.95", "β 0.9, 0.99"]
     assert (tmp_path / "t.png").exists()
+    # an --out prefix with a dot keeps it: two prefixes differing after the dot write different files
+    for prefix in ("t_b0.95", "t_b0.99"):
+        lr_transfer.main([*map(str, runs), "--out", str(tmp_path / prefix)])
+    assert {f"{p}{ext}" for p in ("t_b0.95", "t_b0.99") for ext in (".md", ".csv", ".png", "_points.csv")} <= \
+        {f.name for f in tmp_path.iterdir()}
 
 
 def test_cuda_step_host_time_takes_the_triton_branch():

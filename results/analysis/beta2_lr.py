@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from scripts import out_file  # noqa: E402
 from scripts.noise_scale import denominator_constants, typical_ratio  # noqa: E402
 
 
@@ -53,9 +54,9 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     parser.add_argument("--out", default="results/analysis/beta2_lr", help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     lr_out = root / args.lr
-    if not lr_out.with_suffix(".csv").is_file():
+    if not out_file(lr_out, ".csv").is_file():
         raise SystemExit(f"{lr_out}.csv does not exist; run lr_transfer as this file's docstring says")
-    rows = read_csv(lr_out.with_suffix(".csv"))
+    rows = read_csv(out_file(lr_out, ".csv"))
     points = read_csv(lr_out.with_name(lr_out.name + "_points.csv"))
     rbar = measured_rbar(root / args.rbar)
     adamw = [r for r in rows if number(r.get("adamw_best_lr", ""))]
@@ -86,7 +87,7 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
         print(f"| {t['beta1']:g}, {t['beta2']:g} | {rule} | {t['best_lr']:.2g}{fit} | {t['best_loss']:.3f} ({t['n']}) "
               f"| {ratio} |")
     title = f"{float(rows[0]['params']) / 1e6:.2g}M GPT, {int(rows[0]['steps']):,} steps of {int(rows[0]['batch_tokens']):,} tokens"
-    plot(table, points, adamw_best, probe_beta1, title, (root / args.out).with_suffix(".png"))
+    plot(table, points, adamw_best, probe_beta1, title, out_file(root / args.out, ".png"))
     return table
 
 
