@@ -35,13 +35,14 @@ def capability() -> str:
 
 @functools.cache
 def kernels():
-    """The compiled module (``adams_step``, ``lion_step``), or None if it cannot be built here."""
+    """The compiled module (``adams_step``, ``lion_step``, ``no_math_step``), or None if it cannot be built here."""
     from torch.utils.cpp_extension import load_inline
 
     cap = capability()
     try:
         return load_inline(
-            name=f"adams_gpt_cpu_{cap.lower()}", cpp_sources=SOURCE.read_text(), functions=["adams_step", "lion_step"],
+            name=f"adams_gpt_cpu_{cap.lower()}", cpp_sources=SOURCE.read_text(),
+            functions=["adams_step", "lion_step", "no_math_step"],
             extra_cflags=["-O3", "-fopenmp", *_FLAGS.get(cap, [])], extra_ldflags=["-fopenmp"], verbose=False,
         )
     except Exception as e:  # no compiler or ninja, or a build error

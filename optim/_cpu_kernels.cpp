@@ -1,7 +1,8 @@
 // AdamS and Lion on CPU, one pass over memory: read p, g, m once, write p, m once, fp32 math
 // whatever the storage dtype (float32, bfloat16, float16). The same update rules as
-// adams_update / lion_update in optim/adams.py and optim/lion.py, in the same order of
-// operations. Compiled at first use by optim/_cpu_fused.py (torch.utils.cpp_extension).
+// adams_update / lion_update in optim/adams.py and optim/lion.py (AdamS's with its scalars
+// folded, so it agrees to fp32 rounding, not bit for bit). Compiled at first use by
+// optim/_cpu_fused.py (torch.utils.cpp_extension).
 //
 // Why not the torch.compile kernel on CPU: its step scalars (lr, betas, ...) live in 0-d
 // tensors so that a new learning rate does not recompile, and the generated loop reloads them
@@ -80,29 +81,33 @@ void dispatch(const std::vector<at::Tensor>& ps, const std::vector<at::Tensor>& 
 
 }  // namespace
 
-// p <- p(1 - lr wd); v <- b2 (m/bc)^2 + (1 - b2) g^2; m <- b1 m + (1 - b1) g; p <- p - lr (m/bc) / (sqrt(v) + eps)
+// p <- p(1 - lr wd); v <- b2 (m/bc)^2 + (1 - b2) g^2; m <- b1 m + (1 - b1) g; p <- p - lr (m/bc) / (sqrt(v) + eps),
+// with the scalars folded so that each element costs three multiplies fewer (it is arithmetic, not memory,
+// that bounds the 16-bit step on AVX2): with c2 = 1 - b2 > 0, v = c2 s where s = k m^2 + g^2 and
+// k = b2 / (bc^2 c2), so (m_new/bc) / (sqrt(v) + eps) = m_new / (bc sqrt(c2)) / (sqrt(s) + eps / sqrt(c2)).
 void adams_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vector<at::Tensor> ms, double lr,
                 double weight_decay, double beta1, double beta2, double eps, double inv_bc) {
-  const float decay = static_cast<float>(1.0 - lr * weight_decay), b2 = static_cast<float>(beta2),
-              c2 = static_cast<float>(1.0 - beta2), c1 = static_cast<float>(1.0 - beta1),
-              ib = static_cast<float>(inv_bc), step = static_cast<float>(lr * inv_bc), e = static_cast<float>(eps);
-  const Vec vdecay(decay), vb2(b2), vc2(c2), vc1(c1), vib(ib), vstep(step), ve(e);
+  TORCH_CHECK(beta2 < 1.0, "AdamS needs beta2 < 1, got ", beta2);
+  const double root_c2 = std::sqrt(1.0 - beta2);
+  const float decay = static_cast<float>(1.0 - lr * weight_decay), c1 = static_cast<float>(1.0 - beta1),
+              k = static_cast<float>(beta2 * inv_bc * inv_bc / (1.0 - beta2)),
+              step = static_cast<float>(lr * inv_bc / root_c2), e = static_cast<float>(eps / root_c2);
+  const Vec vdecay(decay), vc1(c1), vk(k), vstep(step), ve(e);
   auto vec_fn = [&](Vec& x, const Vec& g, Vec& m) {
-    Vec mh = m * vib;
-    Vec v = vb2 * mh * mh + vc2 * g * g;
-    m = m + vc1 * (g - m);
-    x = x * vdecay - vstep * m / (v.sqrt() + ve);
+    Vec s = at::vec::fmadd(vk * m, m, g * g);
+    m = at::vec::fmadd(vc1, g - m, m);  // not b1 m + c1 g: a subtraction keeps the multiply ports free
+    x = at::vec::fmsub(x, vdecay, vstep * m / (s.sqrt() + ve));
   };
   auto scalar_fn = [&](float& x, float g, float& m) {
-    float mh = m * ib;
-    float v = b2 * mh * mh + c2 * g * g;
-    m = m + c1 * (g - m);
-    x = x * decay - step * m / (std::sqrt(v) + e);
+    float s = std::fma(k * m, m, g * g);
+    m = std::fma(c1, g - m, m);
+    x = std::fma(x, decay, -(step * m / (std::sqrt(s) + e)));
   };
   dispatch(ps, gs, ms, [&](auto* p, auto* g, auto* m, int64_t n) { for_each_element(p, g, m, n, vec_fn, scalar_fn); });
 }
 
-// c <- b1 m + (1 - b1) g; p <- p(1 - lr wd) - lr sign(c); m <- b2 m + (1 - b2) g
+// c <- b1 m + (1 - b1) g; p <- p(1 - lr wd) - lr sign(c); m <- b2 m + (1 - b2) g, the interpolations
+// written m + (1 - b) (g - m), one multiply each, as in adams_step
 void lion_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vector<at::Tensor> ms, double lr,
                double weight_decay, double beta1, double beta2) {
   const float decay = static_cast<float>(1.0 - lr * weight_decay), l = static_cast<float>(lr),
@@ -110,14 +115,23 @@ void lion_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vect
               c2 = static_cast<float>(1.0 - beta2);
   const Vec vdecay(decay), vl(l), vb1(b1), vc1(c1), vb2(b2), vc2(c2), zero(0.0f);
   auto vec_fn = [&](Vec& x, const Vec& g, Vec& m) {
-    Vec c = m * vb1 + g * vc1;
-    x = x * vdecay - vl * (c.gt(zero) - c.lt(zero));
-    m = m * vb2 + g * vc2;
+    Vec d = g - m;
+    Vec c = at::vec::fmadd(vc1, d, m);
+    x = at::vec::fmsub(x, vdecay, vl * (c.gt(zero) - c.lt(zero)));
+    m = at::vec::fmadd(vc2, d, m);
   };
   auto scalar_fn = [&](float& x, float g, float& m) {
     float c = m * b1 + g * c1;
     x = x * decay - l * static_cast<float>((c > 0.0f) - (c < 0.0f));
     m = m * b2 + g * c2;
   };
+  dispatch(ps, gs, ms, [&](auto* p, auto* g, auto* m, int64_t n) { for_each_element(p, g, m, n, vec_fn, scalar_fn); });
+}
+
+// p <- p + g; m <- m + g: the loads, stores and dtype conversions of the two steps above with their
+// arithmetic taken out, for scripts/bench_optim.py to time as the floor a fused step can reach here.
+void no_math_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vector<at::Tensor> ms) {
+  auto vec_fn = [](Vec& x, const Vec& g, Vec& m) { x = x + g; m = m + g; };
+  auto scalar_fn = [](float& x, float g, float& m) { x += g; m += g; };
   dispatch(ps, gs, ms, [&](auto* p, auto* g, auto* m, int64_t n) { for_each_element(p, g, m, n, vec_fn, scalar_fn); });
 }

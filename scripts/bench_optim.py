@@ -8,8 +8,10 @@ The step is memory-bound, so besides milliseconds it reports effective bandwidth
 update must move at least (fp32 AdamW reads p, g, m, v and writes p, m, v: 28 bytes/param;
 AdamS and Lion read p, g, m and write p, m: 20), over the time, next to the device's measured
 copy bandwidth. ``ratio`` is each time over torch's fused AdamW, timed alternately with it (one
-AdamW step, one step of the case, repeated), so that a shared machine's drift cancels; the
-memory-traffic floor for AdamS and Lion is 20/28 = 0.714. On CPU a plain copy (``dst.copy_(src)``)
+AdamW step, one step of the case, repeated; the median of the pairs' ratios), so that a shared
+machine's drift cancels; the memory-traffic floor for AdamS and Lion is 20/28 = 0.714. On CPU the
+case "no-math floor (C++)" runs the fused kernels' own loop over p, g and m with the update
+replaced by two additions: what a fused AdamS or Lion step could at best reach on this machine. On CPU a plain copy (``dst.copy_(src)``)
 moves less than it counts, since writing to ``dst`` first reads it in; an in-place update does
 not, so a fused optimizer can exceed "100%" of copy bandwidth.
 """
@@ -29,7 +31,20 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model import GPT, SIZES, GPTConfig
-from optim import AdamMini, AdamS, Lion
+from optim import AdamMini, AdamS, Lion, _cpu_fused
+
+
+class NoMath:
+    """The fused CPU kernels' loads, stores and dtype conversions with no update: p += g, m += g."""
+
+    def __init__(self, params):
+        self.param_groups = [dict(params=params)]
+        self.momenta = [torch.zeros_like(p) for p in params]
+
+    def step(self):
+        _cpu_fused.kernels().no_math_step(self.param_groups[0]["params"], [p.grad for p in self.param_groups[0]["params"]],
+                                          self.momenta)
+
 
 # (label, factory, tensors of param size read+written per step, counting p and g)
 CASES = [
@@ -40,6 +55,7 @@ CASES = [
     ("adams fused", lambda ps: AdamS(ps, fused=True), 5),
     ("lion foreach", lambda ps: Lion(ps, foreach=True), 5),
     ("lion fused", lambda ps: Lion(ps, fused=True), 5),
+    ("no-math floor (C++)", NoMath, 5),
     ("adam_mini", None, 5),
 ]
 
@@ -97,6 +113,8 @@ def bench(size, small, dtype, device, repeats, only):
     for label, factory, tensors in CASES:
         if only and not any(o in label for o in only) and factory is not CASES[0][1]:
             continue
+        if factory is NoMath and (device.type != "cpu" or _cpu_fused.kernels() is None):
+            continue
         opt = baseline if factory is CASES[0][1] else make_case(factory, named, n_head, dtype, device, gen)
         start = time.perf_counter()
         opt.step()  # the first step compiles, where a kernel is compiled
@@ -115,7 +133,7 @@ def bench(size, small, dtype, device, repeats, only):
         ms = statistics.median(ours) * 1e3
         bytes_moved = tensors * n_params * next(iter(baseline.param_groups))["params"][0].element_size()
         yield dict(size=size, optimizer=label, ms=ms, gbps=bytes_moved / ms / 1e6, params=n_params,
-                   ratio_to_adamw_fused=ms / (statistics.median(theirs) * 1e3), first_step_s=first_step)
+                   ratio_to_adamw_fused=statistics.median(a / b for a, b in zip(ours, theirs)), first_step_s=first_step)
         if opt is not baseline:
             del opt
 

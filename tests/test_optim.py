@@ -110,6 +110,36 @@ def test_loop_foreach_fused_agree(cls, dtype, monkeypatch):
                     torch.testing.assert_close(ours.float(), ref.float(), rtol=2**-7, atol=2**-7 * scale)
 
 
+@pytest.mark.parametrize("betas", [(0.9, 0.95), (0.9, 0.999), (0.5, 0.0), (0.0, 0.5)])
+@pytest.mark.parametrize("eps", [1e-8, 0.0])
+def test_fused_cpu_adams_matches_the_formula_in_float64(betas, eps):
+    # The C++ kernel folds lr, the bias correction, beta2 and eps into three constants (dividing by
+    # sqrt(1 - beta2)); check it against the paper's formula in float64 at betas far from the default,
+    # over gradients spanning nine decades, at steps 1-5 where the bias correction is largest.
+    from optim import _cpu_fused
+
+    assert _cpu_fused.kernels() is not None, "the C++ kernels should build here (a compiler and ninja are installed)"
+    gen = torch.Generator().manual_seed(0)
+    n, lr, wd = 4099, 1e-2, 0.1  # vector body and scalar tail
+    p = nn.Parameter(torch.randn(n, generator=gen))
+    opt = AdamS([p], lr=lr, betas=betas, eps=eps, weight_decay=wd, fused=True)
+    b1, b2 = betas
+    for t in range(1, 6):  # each step from the kernel's own fp32 state, so that errors do not pile up
+        x = p.detach().double().clone()
+        m = opt.state[p]["exp_avg"].double() if t > 1 else torch.zeros(n, dtype=torch.float64)
+        g = torch.randn(n, generator=gen) * 10.0 ** (torch.rand(n, generator=gen) * 9 - 6)
+        p.grad = g
+        opt.step()
+        bc = 1 - b1**t
+        x = x * (1 - lr * wd)
+        v = b2 * (m / bc) ** 2 + (1 - b2) * g.double() ** 2
+        terms = m.abs() + g.double().abs()  # m + (1 - b1)(g - m) in fp32 rounds relative to these, not to its result
+        m = b1 * m + (1 - b1) * g.double()
+        x = x - lr * (m / bc) / (v.sqrt() + eps)
+        torch.testing.assert_close(p.detach().double(), x, rtol=1e-5, atol=1e-6)
+        assert ((opt.state[p]["exp_avg"].double() - m).abs() <= 1e-6 * terms).all(), f"momentum off at step {t}"
+
+
 def test_low_precision_uses_fp32_math():
     # lr·update far below bf16's resolution at 1.0 must still change nothing *wrongly*:
     # the result equals the fp32 computation rounded once to bf16.
