@@ -18,6 +18,7 @@ from scripts import (
     bench_train,
     denominator_moments,
     embedding_lr,
+    kernel_cycles,
     lr_transfer,
     plot_curves,
     step_matched,
@@ -207,6 +208,33 @@ def test_bench_optim_small_writes_json(tmp_path):
     labels = [r["optimizer"] for r in json.loads((tmp_path / "b.json").read_text())["rows"]]
     assert labels == ["adamw fused (torch)", "adams foreach", "adam_mini"]
     assert all(r["ms"] > 0 and r["ratio_to_adamw_fused"] > 0 for r in result["rows"])
+
+
+def test_bench_optim_no_math_floor_moves_every_byte():
+    # the floor case must load p, g and m and store p and m, or it is no floor: p + g and m + g exactly
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        params = [torch.nn.Parameter(torch.randn(s, generator=gen).to(dtype)) for s in ((70, 70), (5,))]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen).to(dtype)
+        before = [p.detach().clone() for p in params]
+        floor = bench_optim.NoMath(params)
+        floor.step(), floor.step()
+        for p, b, m in zip(params, before, floor.momenta):
+            want_p = (b.float() + p.grad.float()).to(dtype)  # one rounding per add, as in the kernel
+            torch.testing.assert_close(p.detach(), (want_p.float() + p.grad.float()).to(dtype), rtol=0, atol=0)
+            torch.testing.assert_close(m, (2 * p.grad.float()).to(dtype), rtol=0, atol=0)
+    rows = bench_optim.main(["--small", "--repeats", "2", "--only", "floor"])["rows"]
+    assert [r["optimizer"] for r in rows] == ["adamw fused (torch)", "no-math floor (C++)"]
+
+
+def test_kernel_cycles_times_each_kernel_and_refuses_a_bad_revision(capsys):
+    rows = kernel_cycles.main(["--elements", "4099", "--rounds", "2", "--calls", "2", "--dtypes", "float32", "bfloat16"])
+    assert {(r["dtype"], r["kernel"]) for r in rows} == {(d, k) for d in ("float32", "bfloat16")
+                                                          for k in ("adams", "lion", "no-math")}
+    assert all(r["ns_per_element"] > 0 and r["revision"] == "this tree" for r in rows)
+    with pytest.raises(SystemExit, match="cannot read optim/_cpu_kernels.cpp at revision 'no-such-rev'"):
+        kernel_cycles.main(["--against", "no-such-rev"])
 
 
 def test_update_alignment_heatmaps(data_dir, tmp_path):

@@ -1,0 +1,112 @@
+"""Time the fused CPU kernels' arithmetic: nanoseconds per element with the data in cache, one thread.
+
+    python -m scripts.kernel_cycles                          # this tree's optim/_cpu_kernels.cpp
+    python -m scripts.kernel_cycles --against 4c5aa33        # and another revision's, alternated
+
+bench_optim.py times a whole step, which on most machines is bound by memory, so it cannot say
+whether a change to the kernels' arithmetic helped. Here each kernel updates 2^18 elements
+(3 MiB in fp32, inside a typical L3) again and again on one thread, so the time is the loop's own:
+loads, conversions, arithmetic, stores. Kernels are built from source exactly as
+optim/_cpu_fused.py builds them (same flags, same vector width); revisions are compared
+round-robin, and the fastest of the rounds is reported, the usual estimate of a loop's cost when
+other work only ever adds time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from optim import _cpu_fused
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = "optim/_cpu_kernels.cpp"
+
+
+def source_at(rev: str) -> str:
+    """The kernel source at a git revision."""
+    done = subprocess.run(["git", "show", f"{rev}:{SOURCE}"], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"error: cannot read {SOURCE} at revision {rev!r} ({done.stderr.strip()}); "
+                         "pass a commit, tag or branch of this repository")
+    return done.stdout
+
+
+def build(source: str):
+    """Compile another revision's kernel source as optim/_cpu_fused.py compiles this tree's."""
+    from torch.utils.cpp_extension import load_inline
+
+    cap = _cpu_fused.capability()
+    functions = [f for f in ("adams_step", "lion_step", "no_math_step") if f"void {f}(" in source]
+    name = f"kernel_cycles_{cap.lower()}_{hashlib.sha1(source.encode()).hexdigest()[:10]}"
+    return load_inline(name=name, cpp_sources=source, functions=functions,
+                       extra_cflags=["-O3", "-fopenmp", *_cpu_fused._FLAGS.get(cap, [])], extra_ldflags=["-fopenmp"])
+
+
+def calls(module, p, g, m):
+    """name -> a call of each kernel the module has, at AdamS's and Lion's usual settings."""
+    found = {"adams": lambda: module.adams_step(p, g, m, 1e-6, 0.1, 0.9, 0.95, 1e-8, 1.0),
+             "lion": lambda: module.lion_step(p, g, m, 1e-6, 0.1, 0.9, 0.99),
+             "no-math": lambda: module.no_math_step(p, g, m)}
+    return {k: f for k, f in found.items() if hasattr(module, f"{k.replace('-', '_')}_step")}
+
+
+def measure(modules: dict, dtype, n: int, rounds: int, calls_per_round: int) -> dict:
+    """(revision, kernel) -> ns per element, the fastest of ``rounds`` rounds."""
+    best = {}
+    for _ in range(rounds):
+        for rev, module in modules.items():
+            gen = torch.Generator().manual_seed(0)  # the same values for every revision
+            p, g = [torch.randn(n, generator=gen).to(dtype)], [torch.randn(n, generator=gen).to(dtype)]
+            m = [(torch.randn(n, generator=gen) * 1e-3).to(dtype)]
+            for kernel, call in calls(module, p, g, m).items():
+                call()
+                start = time.perf_counter()
+                for _ in range(calls_per_round):
+                    call()
+                ns = (time.perf_counter() - start) / calls_per_round / n * 1e9
+                best[rev, kernel] = min(ns, best.get((rev, kernel), float("inf")))
+    return best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--against", nargs="*", default=[], metavar="REV", help="git revisions to compare with this tree")
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--elements", type=int, default=1 << 18, help="elements per tensor (keep p, g, m inside the cache)")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=50, help="kernel calls per timed round")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(1)
+    sources = {rev: source_at(rev) for rev in args.against}  # a bad revision fails before any build
+    modules = {"this tree": _cpu_fused.kernels()}  # built from this tree's source, cached per machine
+    if modules["this tree"] is None:
+        raise SystemExit("error: the C++ kernels cannot be built here (a C++ compiler and ninja are needed; "
+                         "see the warning above)")
+    for rev, source in sources.items():
+        modules[rev] = build(source)
+    print(f"CPU kernels ({_cpu_fused.capability()}), {args.elements:,} elements, one thread, torch {torch.__version__}; "
+          f"ns per element, fastest of {args.rounds} rounds")
+    rows = []
+    for dtype in args.dtypes:
+        best = measure(modules, getattr(torch, dtype), args.elements, args.rounds, args.calls)
+        for kernel in ("adams", "lion", "no-math"):  # each kernel's revisions side by side
+            for rev in modules:
+                if (rev, kernel) in best:
+                    rows.append(dict(dtype=dtype, revision=rev, kernel=kernel, ns_per_element=best[rev, kernel]))
+                    print(f"{dtype:9} {kernel:8} {rev:12} {best[rev, kernel]:7.3f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
