@@ -111,7 +111,7 @@ def plot(table: list[dict], points: list[dict], adamw_best: float, beta1: float,
                   fmt="o--", ms=4, capsize=2, color="black", label="AdamW, β = (0.9, 0.95)")
     left.set(xscale="log", xlabel="peak learning rate", ylabel="final validation loss", title=title)
     lrs = sorted({float(p["lr"]) for p in points})
-    left.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
+    left.set_xticks(lrs, [f"{lr:.3g}" for lr in lrs], rotation=45)
     left.set_xticks([], minor=True)
     left.legend(fontsize=7)
 
