@@ -140,6 +140,63 @@ def test_fused_cpu_adams_matches_the_formula_in_float64(betas, eps):
         assert ((opt.state[p]["exp_avg"].double() - m).abs() <= 1e-6 * terms).all(), f"momentum off at step {t}"
 
 
+def test_fused_cpu_bf16_rounds_as_torch_does():
+    # On AVX2 the kernels load and store bf16 by hand (even- and odd-indexed halves, their own
+    # rounding). p + g through the no-math kernel must be fp32's sum rounded by torch, bit for bit:
+    # over sixty decades, exact ties (both ways), overflow, inf, a zero sum, across body and tail.
+    from optim import _cpu_fused
+
+    assert _cpu_fused.kernels() is not None, "the C++ kernels should build here (a compiler and ninja are installed)"
+    gen = torch.Generator().manual_seed(0)
+    n = (1 << 16) + 13
+    scale = 10.0 ** (torch.rand(n, generator=gen) * 60 - 30)
+    a = (torch.randn(n, generator=gen) * scale).to(torch.bfloat16)
+    b = (torch.randn(n, generator=gen) * scale).to(torch.bfloat16)
+    _, e = torch.frexp(a[:2000].float())  # |a| = f 2^e, f in [0.5, 1): half a bf16 ulp of a is 2^(e - 9)
+    b[:2000] = (torch.sign(a[:2000].float()) * torch.ldexp(torch.ones(2000), e - 9)).to(torch.bfloat16)
+    b[2000:2100] = float("nan")
+    a[2100:2200] = float("inf")
+    a[2200:2300], b[2200:2300] = 3.38e38, 3.38e38  # the sum overflows bf16
+    b[2300:2400] = -a[2300:2400]
+    want = (a.float() + b.float()).to(torch.bfloat16)
+    rounded_up = want[:2000] != a[:2000]
+    assert 500 < rounded_up.sum() < 1500, "ties should round both ways (to even)"
+    p, m = a.clone(), a.clone()
+    _cpu_fused.kernels().no_math_step([p], [b], [m])
+    for got in (p, m):
+        assert torch.equal(got.isnan(), want.isnan())
+        same = got.view(torch.int16) == want.view(torch.int16)
+        assert (same | want.isnan()).all(), f"{(~same & ~want.isnan()).sum().item()} elements rounded unlike torch"
+
+
+@pytest.mark.parametrize("cls", [AdamS, Lion])
+def test_fused_cpu_bf16_nans_as_the_reference(cls):
+    # torch's NaN check is left out of the kernels' bf16 rounding, and Lion's sign is built from two
+    # comparisons: NaN gradients must come out where the reference update puts them (a NaN momentum;
+    # a NaN parameter for AdamS, while Lion's sign(NaN) is 0, as torch.sign's), and nowhere else.
+    from optim import _cpu_fused
+
+    assert _cpu_fused.kernels() is not None, "the C++ kernels should build here (a compiler and ninja are installed)"
+    gen = torch.Generator().manual_seed(0)
+    n = 1000
+    g = torch.randn(n, generator=gen).to(torch.bfloat16)
+    bad = torch.rand(n, generator=gen) < 0.1
+    g[bad] = float("nan")
+    p0 = torch.randn(n, generator=gen).to(torch.bfloat16)
+    out = {}
+    for name in ("fused", "loop"):
+        p = nn.Parameter(p0.clone())
+        p.grad = g.clone()
+        opt = cls([p], lr=1e-3, weight_decay=0.1, **IMPLS[name])
+        opt.step()
+        out[name] = p.detach(), opt.state[p]["exp_avg"]
+    for got, ref in zip(out["fused"], out["loop"]):
+        torch.testing.assert_close(got.float(), ref.float(), rtol=2**-7, atol=2**-7, equal_nan=True)
+    fused_p, fused_m = out["fused"]
+    assert torch.equal(fused_m.isnan(), bad)
+    assert torch.equal(fused_p.isnan(), bad if cls is AdamS else torch.zeros_like(bad))
+
+
 def test_low_precision_uses_fp32_math():
     # lr·update far below bf16's resolution at 1.0 must still change nothing *wrongly*:
     # the result equals the fp32 computation rounded once to bf16.

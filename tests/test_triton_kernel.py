@@ -41,15 +41,17 @@ CHECK = textwrap.dedent("""
     for dtype in (torch.float32, torch.bfloat16):
         for kind, by_hand, hp in cases:
             ps, gs, ms = ([torch.randn(s, generator=gen).to(dtype) for s in shapes] for _ in range(3))
+            gs[1][::3] = float("nan")  # NaN momentum; NaN parameter for AdamS, Lion's sign(NaN) 0 as torch.sign's
             want = [by_hand(p.double(), g.double(), m.double(), *hp) for p, g, m in zip(ps, gs, ms)]
             assert all(tf.fits(p, g, m) for p, g, m in zip(ps, gs, ms))
             tf.step(kind, ps, gs, ms, hp)
             for p, m, (want_p, want_m) in zip(ps, ms, want):
                 for got, ref in ((p, want_p), (m, want_m)):
                     if dtype == torch.float32:
-                        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-6)
+                        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-6, equal_nan=True)
                     else:  # fp32 math, one rounding to bf16 (2**-8 relative), Lion's sign steps exact
-                        torch.testing.assert_close(got.double(), ref.to(dtype).double(), rtol=2**-7, atol=2**-7 * ref.abs().max().item())
+                        scale = ref.nan_to_num().abs().max().item()
+                        torch.testing.assert_close(got.double(), ref.to(dtype).double(), rtol=2**-7, atol=2**-7 * scale, equal_nan=True)
             print(kind, dtype, "ok")
 
     # One call with tensors the kernel cannot take (misaligned, not contiguous) and two dtypes: those
