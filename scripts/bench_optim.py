@@ -8,8 +8,8 @@ The step is memory-bound, so besides milliseconds it reports effective bandwidth
 update must move at least (fp32 AdamW reads p, g, m, v and writes p, m, v: 28 bytes/param;
 AdamS and Lion read p, g, m and write p, m: 20), over the time, next to the device's measured
 copy bandwidth. ``ratio`` is each time over torch's fused AdamW, timed alternately with it (one
-AdamW step, one step of the case, repeated; the median of the pairs' ratios), so that a shared
-machine's drift cancels; the memory-traffic floor for AdamS and Lion is 20/28 = 0.714. On CPU the
+AdamW step, one step of the case, repeated; the median of the pairs' ratios, with their first and
+third quartiles in the JSON), so that a shared machine's drift cancels; the memory-traffic floor for AdamS and Lion is 20/28 = 0.714. On CPU the
 case "no-math floor (C++)" runs the fused kernels' own loop over p, g and m with the update
 replaced by two additions: what a fused AdamS or Lion step could at best reach on this machine. On CPU a plain copy (``dst.copy_(src)``)
 moves less than it counts, since writing to ``dst`` first reads it in; an in-place update does
@@ -131,9 +131,11 @@ def bench(size, small, dtype, device, repeats, only):
                 sync(device)
                 times.append(time.perf_counter() - start)
         ms = statistics.median(ours) * 1e3
+        ratios = [a / b for a, b in zip(ours, theirs)]
         bytes_moved = tensors * n_params * next(iter(baseline.param_groups))["params"][0].element_size()
         yield dict(size=size, optimizer=label, ms=ms, gbps=bytes_moved / ms / 1e6, params=n_params,
-                   ratio_to_adamw_fused=statistics.median(a / b for a, b in zip(ours, theirs)), first_step_s=first_step)
+                   ratio_to_adamw_fused=statistics.median(ratios), first_step_s=first_step,
+                   ratio_quartiles=statistics.quantiles(ratios, n=4)[::2] if len(ratios) > 1 else ratios * 2)
         if opt is not baseline:
             del opt
 

@@ -208,6 +208,9 @@ def test_bench_optim_small_writes_json(tmp_path):
     labels = [r["optimizer"] for r in json.loads((tmp_path / "b.json").read_text())["rows"]]
     assert labels == ["adamw fused (torch)", "adams foreach", "adam_mini"]
     assert all(r["ms"] > 0 and r["ratio_to_adamw_fused"] > 0 for r in result["rows"])
+    for r in result["rows"]:  # the median of the paired ratios lies between their quartiles
+        q1, q3 = r["ratio_quartiles"]
+        assert q1 <= r["ratio_to_adamw_fused"] <= q3
 
 
 def test_bench_optim_no_math_floor_moves_every_byte():
