@@ -61,7 +61,7 @@ class TrainConfig:
     max_iters: int = 1200  # total iterations
     weight_decay: float = 0.1  # decoupled; matrices and embeddings only
     beta1: float = 0.9  # momentum coefficient (AdamW, AdamS, Adam-mini, Lion)
-    beta2: float = 0.95  # second-moment coefficient; AdamS: the old momentum's weight in v (keep < 0.99)
+    beta2: float = 0.95  # second-moment coefficient; AdamS: the old momentum's weight in v (0.99 worth a try, 0.999 fragile)
     eps: float = 1e-8  # for optimizers that take one
     bias_correction: bool = True  # AdamS: divide the momentum by 1 - beta1^t (the authors' code)
     embedding_lr_scale: float = 1.0  # the token embedding's and output head's lr, as a multiple of the schedule's
