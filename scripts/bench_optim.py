@@ -5,15 +5,16 @@
     python -m scripts.bench_optim --sizes small medium large xl --dtype bfloat16 --json out.json
 
 The step is memory-bound, so besides milliseconds it reports effective bandwidth: the bytes the
-update must move at least (fp32 AdamW reads p, g, m, v and writes p, m, v: 28 bytes/param;
-AdamS and Lion read p, g, m and write p, m: 20), over the time, next to the device's measured
-copy bandwidth. ``ratio`` is each time over torch's fused AdamW, timed alternately with it (one
-AdamW step, one step of the case, repeated; the median of the pairs' ratios, with their first and
-third quartiles in the JSON), so that a shared machine's drift cancels; the memory-traffic floor for AdamS and Lion is 20/28 = 0.714. On CPU the
-case "no-math floor (C++)" runs the fused kernels' own loop over p, g and m with the update
-replaced by two additions: what a fused AdamS or Lion step could at best reach on this machine. On CPU a plain copy (``dst.copy_(src)``)
-moves less than it counts, since writing to ``dst`` first reads it in; an in-place update does
-not, so a fused optimizer can exceed "100%" of copy bandwidth.
+update must move at least (fp32 AdamW reads p, g, m, v and writes p, m, v: 28 bytes/param; AdamS and
+Lion read p, g, m and write p, m: 20), over the time, next to the device's measured copy bandwidth.
+``ratio`` is each time over torch's fused AdamW, timed alternately with it (one AdamW step, one step
+of the case, repeated; the median of the pairs' ratios, with their first and third quartiles in the
+JSON), so that a shared machine's drift cancels; the memory-traffic floor for AdamS and Lion is
+20/28 = 0.714. On CPU the case "no-math floor (C++)" runs the fused kernels' own loop over p, g and
+m with the update replaced by two additions: what a fused AdamS or Lion step could at best reach on
+this machine. On CPU a plain copy (``dst.copy_(src)``) moves less than it counts, since writing to
+``dst`` first reads it in; an in-place update does not, so a fused optimizer can exceed "100%" of
+copy bandwidth.
 """
 
 from __future__ import annotations
