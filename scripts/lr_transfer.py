@@ -9,7 +9,8 @@ for every (size, batch, steps, betas, optimizer) finds the best learning rate: t
 validation loss, and a refined estimate from a parabola through it and its two neighbours in
 log(lr) (only when the best point has a neighbour on each side, i.e. the optimum is bracketed).
 Then the ratio best-lr(AdamS) / best-lr(AdamW) per size, batch, run length and betas (an AdamS grid at
-betas no AdamW grid shares gets its best lr and no ratio).
+betas no AdamW grid shares gets its best lr and no ratio). One optimizer's runs in one setting must share
+one embedding_lr_scale: a grid at two embedding multiples is two grids, and is refused rather than pooled.
 
 Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT.csv and OUT.md (best lr per
 optimizer and the ratio, per size, batch and run length) and OUT.png (loss against lr; the ratio
@@ -57,13 +58,22 @@ def read_runs(dirs: list[Path]) -> list[dict]:
         cfg, derived = info["config"], info["derived"]
         runs.append(dict(params=derived["parameters"], batch_tokens=derived["tokens_per_iter"], optimizer=cfg["optimizer"],
                          lr=cfg["learning_rate"], seed=cfg["seed"], max_iters=cfg["max_iters"],
-                         betas=(cfg.get("beta1"), cfg.get("beta2")),
+                         betas=(cfg.get("beta1"), cfg.get("beta2")), embedding_lr_scale=cfg.get("embedding_lr_scale", 1.0),
                          val_loss=loss if math.isfinite(loss) else math.inf, run=str(d)))
     return runs
 
 
 def grid_points(runs: list[dict]) -> list[dict]:
     """Mean ± std of the final validation loss for every (size, batch, steps, betas, optimizer, lr)."""
+    scales: dict[tuple, set] = {}  # one optimizer's grid at two embedding multiples is two grids, not one
+    for r in runs:
+        scales.setdefault((r["params"], r["batch_tokens"], r["max_iters"], r["betas"], r["optimizer"]), set()).add(
+            r["embedding_lr_scale"])
+    for (*setting, opt), found in scales.items():
+        if len(found) > 1:
+            raise SystemExit(f"the {opt} runs at {setting[0]:,} params, {setting[1]:,} tokens/step, {setting[2]:,} steps "
+                             f"mix embedding_lr_scale {', '.join(f'{s:g}' for s in sorted(found))}; an lr grid needs one "
+                             "embedding multiple, so pass one multiple's runs per call")
     groups: dict[tuple, list[float]] = {}
     for r in runs:
         key = r["params"], r["batch_tokens"], r["max_iters"], r["betas"], r["optimizer"], r["lr"]

@@ -392,6 +392,19 @@ def test_lr_transfer_keeps_betas_apart(tmp_path):
         {f.name for f in tmp_path.iterdir()}
 
 
+def test_lr_transfer_refuses_a_grid_at_two_embedding_multiples(tmp_path):
+    # AdamS at 1e-3 with the embedding at 20x and at 40x would otherwise be averaged as two seeds of one
+    # grid point; AdamW at another multiple than AdamS's is a fair pairing and stays allowed
+    runs = [fake_run(tmp_path / f"adams_{scale}", "adams", 1e-3, 2.0, embedding_lr_scale=scale) for scale in (20.0, 40.0)]
+    runs.append(fake_run(tmp_path / "adamw", "adamw", 4e-3, 2.0, embedding_lr_scale=1.0))
+    out = tmp_path / "t"
+    with pytest.raises(SystemExit, match="the adams runs at 1,000 params.* mix embedding_lr_scale 20, 40"):
+        lr_transfer.main([*map(str, runs), "--out", str(out)])
+    assert not any(tmp_path.glob("t*"))  # nothing written
+    points, _ = lr_transfer.main([str(runs[0]), str(runs[2]), "--out", str(out)])
+    assert [p["optimizer"] for p in points] == ["adams", "adamw"]
+
+
 def test_cuda_step_host_time_takes_the_triton_branch():
     # results/cpu/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
     # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
@@ -443,6 +456,37 @@ def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
     assert "| 0.9, 0.99 | 5.00 | 4.01 | 0.0008 | 0.0005 (fit 0.0005) | 2.000 (1) | 1.60 |" in out
     assert "| 0.95, 0.95 | — | 3.67 | — | 0.00025 (fit 0.00025) | 2.000 (1) | — |" in out
     assert (tmp_path / "results/analysis/beta2_lr.png").stat().st_size > 0
+
+
+def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys):
+    # results/analysis/lr_ratio.py over lr_transfer tables of made-up runs: loss = log2(lr / best)^2 + c,
+    # AdamW's best 4e-3 (c = 2.0 + 0.02 seed), AdamS's 1e-3 at beta2 0.95 (c = 2.1 + 0.01 seed) and 5e-4 at
+    # 0.99 -> ratios 1/4 and 1/8 from the fits, gap 2.115 - 2.03 with the two seed stds in quadrature
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
+    lr_ratio = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lr_ratio)
+    runs = []
+    for opt, beta2, best, c in (("adamw", 0.95, 4e-3, 2.0), ("adams", 0.95, 1e-3, 2.1), ("adams", 0.99, 5e-4, 2.1)):
+        for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3):
+            for seed in (1, 2):
+                loss = math.log2(lr / best) ** 2 + c + (0.02 if opt == "adamw" else 0.01) * seed
+                runs.append(fake_run(tmp_path / "runs" / f"{opt}_{beta2}_{lr}_{seed}", opt, lr, loss, seed=seed,
+                                     beta1=0.9, beta2=beta2))
+    lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "results/t")])
+    (tmp_path / "results/analysis").mkdir()
+    scans = (("results/t.csv", "AdamS's β2", "bytes"), ("results/t.csv", "again", "bytes"))  # the second: all seen
+    rows = lr_ratio.main([], root=tmp_path, scans=scans)
+    assert [(r["betas"], r["varied"]) for r in rows] == [((0.9, 0.95), "AdamS's β2"), ((0.9, 0.99), "AdamS's β2")]
+    assert [r["ratio"] for r in rows] == [pytest.approx(0.25), pytest.approx(0.125)] and all(r["fitted"] for r in rows)
+    assert rows[0]["gap"] == pytest.approx(2.115 - 2.03)
+    assert rows[0]["gap_std"] == pytest.approx(math.hypot(0.01, 0.02) / 2**0.5)
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | +0.085 ± 0.016 | 2, 2 |" \
+        in capsys.readouterr().out
+    assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
+        lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),))
 
 
 def write_noise_csv(path, tensor_ratios, run="a"):
