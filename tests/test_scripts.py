@@ -477,16 +477,26 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys):
     lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "results/t")])
     (tmp_path / "results/analysis").mkdir()
     scans = (("results/t.csv", "AdamS's β2", "bytes"), ("results/t.csv", "again", "bytes"))  # the second: all seen
-    rows = lr_ratio.main([], root=tmp_path, scans=scans)
+    # R-bar along the AdamW run for beta2 0.95 only: the body's geometric mean over checkpoints (2 and 8 -> 4),
+    # not the whole model's row, and not another run's
+    write_noise_csv(tmp_path / "results/analysis/noise.csv", [("body", 2.0), ("all", 100.0), ("body", 8.0)], run="w")
+    write_noise_csv(tmp_path / "results/analysis/noise_other.csv", [("body", 50.0)], run="other")
+    rbar = (((1000, 2048, 10, (0.9, 0.95)), "results/analysis/noise.csv", "w"),)
+    rows = lr_ratio.main([], root=tmp_path, scans=scans, rbar=rbar)
     assert [(r["betas"], r["varied"]) for r in rows] == [((0.9, 0.95), "AdamS's β2"), ((0.9, 0.99), "AdamS's β2")]
     assert [r["ratio"] for r in rows] == [pytest.approx(0.25), pytest.approx(0.125)] and all(r["fitted"] for r in rows)
     assert rows[0]["gap"] == pytest.approx(2.115 - 2.03)
     assert rows[0]["gap_std"] == pytest.approx(math.hypot(0.01, 0.02) / 2**0.5)
-    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | +0.085 ± 0.016 | 2, 2 |" \
-        in capsys.readouterr().out
+    assert rows[0]["rbar"] == pytest.approx(4.0) and math.isnan(rows[1]["rbar"])
+    out = capsys.readouterr().out
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | +0.085 ± 0.016 | 2, 2 |" in out
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | — | — | +0.085 ± 0.016 " \
+        "| 2, 2 |" in out
     assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
-        lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),))
+        lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),), rbar=rbar)
+    with pytest.raises(SystemExit, match="noise_other.csv has no run 'w'"):
+        lr_ratio.main([], root=tmp_path, scans=scans, rbar=(((1000, 2048, 10, (0.9, 0.95)), "results/analysis/noise_other.csv", "w"),))
 
 
 def write_noise_csv(path, tensor_ratios, run="a"):
