@@ -32,7 +32,7 @@ import torch
 # it. The 16-bit setting here follows from that and is not yet measured on a GPU.
 BLOCK_BYTES = 8192
 ELEMENTS_PER_THREAD = 16
-_ALIGN = 16  # bytes: addresses are stored divided by this, so that the compiler knows their alignment
+_ALIGN = 16  # bytes: every address the kernel takes is a multiple of this (128-bit loads and stores)
 
 
 @functools.cache
@@ -73,7 +73,7 @@ def _block_table(numels: tuple[int, ...], block: int, device: torch.device) -> t
 
 @functools.lru_cache(maxsize=16)
 def _pointer_table(addresses: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    return _to_device(torch.tensor(addresses, dtype=torch.int64) // _ALIGN, device)
+    return _to_device(torch.tensor(addresses, dtype=torch.int64), device)
 
 
 def step(kind: str, ps: list, gs: list, ms: list, hp: tuple) -> tuple[list, list, list]:

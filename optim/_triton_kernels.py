@@ -43,9 +43,11 @@ def multi_tensor_kernel(addresses, numels, block_tensor, block_index, n_tensors,
     t = tl.load(block_tensor + pid)
     start = tl.load(block_index + pid).to(tl.int64) * BLOCK
     n = tl.load(numels + t)
-    p_ptr = (tl.load(addresses + t) * ALIGN).to(tl.pointer_type(DTYPE))
-    g_ptr = (tl.load(addresses + n_tensors + t) * ALIGN).to(tl.pointer_type(DTYPE))
-    m_ptr = (tl.load(addresses + 2 * n_tensors + t) * ALIGN).to(tl.pointer_type(DTYPE))
+    # An address read from memory tells the compiler nothing of its alignment; without multiple_of
+    # every load and store is one element wide (scalar ld.global.b16 for bf16, see tests/test_triton_kernel.py).
+    p_ptr = tl.multiple_of(tl.load(addresses + t).to(tl.pointer_type(DTYPE)), ALIGN)
+    g_ptr = tl.multiple_of(tl.load(addresses + n_tensors + t).to(tl.pointer_type(DTYPE)), ALIGN)
+    m_ptr = tl.multiple_of(tl.load(addresses + 2 * n_tensors + t).to(tl.pointer_type(DTYPE)), ALIGN)
     offs = start + tl.arange(0, BLOCK)
     if start + BLOCK <= n:  # a full block: no mask, so loads and stores can be vectorised
         _update_block(p_ptr, g_ptr, m_ptr, offs, None, s0, s1, s2, s3, s4, s5, ADAMS)
