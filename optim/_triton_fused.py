@@ -28,8 +28,9 @@ import torch
 # Each program updates 8 KiB of each of p, g and m, 16 elements per thread: 2048 fp32 elements
 # with 4 warps, 4096 bf16/fp16 elements with 8. On the H100, with 2048 elements per program for
 # every dtype, the bf16 step took nearly as long as the fp32 one (1.37 against 1.47 ms at GPT-2
-# Small, CPU work included) for half the bytes and as many programs: the per-program cost bound
-# it. The 16-bit setting here follows from that and is not yet measured on a GPU.
+# Small, CPU work included) for half the bytes; the kernel then loaded one element per instruction
+# (no alignment hint), so bf16 needed as many loads as fp32. Both settings were chosen before the
+# kernel's loads were 128 bits wide; scripts/tune_triton.py measures the alternatives on a GPU.
 BLOCK_BYTES = 8192
 ELEMENTS_PER_THREAD = 16
 _ALIGN = 16  # bytes: every address the kernel takes is a multiple of this (128-bit loads and stores)
