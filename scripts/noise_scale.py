@@ -332,7 +332,9 @@ def main(argv=None):
               f"side, lower first (results/README.md, 'R̄ at both widths': this ratio barely moves with the run's lr)")
         if run in embedding:
             emb = embedding[run][0]
-            print(f"{run}: the token embedding's own ratio is {emb:.2f}, so at AdamW's lr / R̄ AdamS under-trains it; "
+            verdict = ("within 10% of R̄, so at AdamW's lr / R̄ it keeps pace with the body" if abs(math.log(ratio / emb)) < math.log(1.1)
+                       else f"so at AdamW's lr / R̄ AdamS {'under' if ratio > emb else 'over'}-trains it")
+            print(f"{run}: the token embedding's own ratio is {emb:.2f}, {verdict}; "
                   f"give AdamS an embedding_lr_scale R̄ / {emb:.2f} = {ratio / emb:.2g}x the one AdamW uses "
                   f"(results/README.md, 'GPT-2's vocabulary')")
     plot(rows, ratio_rows, out_file(args.out, ".png"))
