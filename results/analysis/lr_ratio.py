@@ -3,7 +3,7 @@
     python results/analysis/lr_ratio.py          # --out results/analysis/lr_ratio
 
 Reads the tables that scripts/lr_transfer.py wrote for each scan (SCANS below: batch size, run
-length, width, vocabulary, AdamS's β2, GPT-2 Small on one H100) and, for every setting where both
+length, width, architecture (Llama), vocabulary, AdamS's β2, GPT-2 Small on one H100) and, for every setting where both
 optimizers' lr grids were scanned, prints and plots
 
 - AdamS's best peak lr over AdamW's best (parabola fits where both optima are bracketed, else the
@@ -40,6 +40,7 @@ SCANS = (
     ("results/lr_transfer.csv", "batch", "bytes"),
     ("results/lr_transfer_steps.csv", "run length", "bytes"),
     ("results/lr_transfer_size.csv", "width", "bytes"),
+    ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
     ("results/beta2_lr.csv", "AdamS's β2", "bytes"),
     ("results/beta2_lr_3m.csv", "AdamS's β2", "bytes"),
     ("results/lr_transfer_bpe.csv", "vocabulary", "GPT-2 tokens, embedding lr ×1"),
@@ -56,6 +57,9 @@ RBAR = (
     ((820352, 2048, 600, REFERENCE_BETAS), "results/analysis/noise_scale_lr.csv", "adamw_0.8m/learning_rate=6e-3_seed=1"),
     ((820352, 2048, 4800, REFERENCE_BETAS), "results/analysis/noise_scale_long.csv", "adamw/learning_rate=3e-3_seed=1"),
     ((3213568, 2048, 600, REFERENCE_BETAS), "results/analysis/noise_scale_lr.csv", "adamw_3m/learning_rate=3e-3_seed=1"),
+    ((1082496, 2048, 600, REFERENCE_BETAS), "results/analysis/noise_scale_llama.csv", "llama_probe/learning_rate=3e-3_seed=1"),
+    ((1082496, 2048, 600, (0.9, 0.99)), "results/analysis/noise_scale_llama_beta2_0.99.csv",
+     "llama_probe/learning_rate=3e-3_seed=1"),
     ((7226496, 2048, 600, REFERENCE_BETAS), "results/analysis/noise_scale_bpe.csv", "adamw/learning_rate=1.5e-3_seed=1"),
     ((7226496, 2048, 2400, REFERENCE_BETAS), "results/analysis/noise_scale_bpe_long.csv",
      "adamw_lr/learning_rate=2.1e-3_embedding_lr_scale=20_seed=1"),
