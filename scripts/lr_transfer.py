@@ -211,6 +211,7 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     settings = sorted({setting_of(p) for p in points}, key=in_order)
     varies = [k for k in SETTING if len({s[SETTING.index(k)] for s in settings}) > 1]
@@ -237,6 +238,7 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
                             color=colors[setting], ms=4, lw=1.2, capsize=2, label=", ".join(filter(None, (opt, name(setting)))))
     ax.set(xscale="log", xlabel="peak learning rate", ylabel="final validation loss",
            title="AdamW (solid) and AdamS (dashed)")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a grid within one decade labels its minor ticks, overlapping
     ax.legend(fontsize=7)
     for ax, key in zip(axes[1:], axes_keys):
         along = "batch_tokens" if key == "b_over_b_noise" else key
