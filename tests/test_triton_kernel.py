@@ -86,9 +86,8 @@ def test_multi_tensor_kernel_matches_the_update_rules_by_hand():
 
 PTX = textwrap.dedent("""
     import re
-    import sys
-    import triton
     import torch
+    import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -121,7 +120,9 @@ def test_full_blocks_load_and_store_128_bits_at_a_time(tmp_path):
     result = subprocess.run([sys.executable, "-c", PTX], cwd=Path(__file__).resolve().parents[1], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    for line, itemsize in zip(result.stdout.split("\n"), (4, 2)):
+    lines = result.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["float32", "bfloat16"], result.stdout
+    for line, itemsize in zip(lines, (4, 2)):
         name, loads, stores = line.split()
         vectors = tf.ELEMENTS_PER_THREAD * itemsize // 16  # per thread, per tensor: p, g, m read; p, m written
         assert (int(loads), int(stores)) == (3 * vectors, 2 * vectors), line
