@@ -1,7 +1,8 @@
 """Drop-in ``torch.optim`` optimizers: AdamS, Lion, Adam-mini, and a registry of them all.
 
     from optim import AdamS
-    optimizer = AdamS(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    optimizer = AdamS(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    # a quarter of a tuned AdamW lr: the README's "Picking AdamS's learning rate"
 """
 
 from __future__ import annotations
