@@ -488,15 +488,44 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys):
     assert rows[0]["gap"] == pytest.approx(2.115 - 2.03)
     assert rows[0]["gap_std"] == pytest.approx(math.hypot(0.01, 0.02) / 2**0.5)
     assert rows[0]["rbar"] == pytest.approx(4.0) and math.isnan(rows[1]["rbar"])
+    # where AdamS's loss crosses AdamW's at the same lr: two parabolas of equal width differ by a line in
+    # log2 lr, so with u = log2(lr / AdamS's best) the difference is 4u - 4 + 0.085 at beta2 0.95 (bests two
+    # octaves apart) and 6u - 9 + 0.085 at 0.99 (three apart); zero at u = 0.97875 and 1.485833, i.e. AdamW's
+    # best x 2^(u - 2) and x 2^(u - 3). The grid's linear reading is exact for a line.
+    assert rows[0]["carry"] == ("=", pytest.approx(2 ** (0.97875 - 2)))
+    assert rows[1]["carry"] == ("=", pytest.approx(2 ** (8.915 / 6 - 3)))
     out = capsys.readouterr().out
-    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | +0.085 ± 0.016 | 2, 2 |" in out
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | +0.085 ± 0.016 | 0.49 | 2, 2 |" in out
     assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | — | — | +0.085 ± 0.016 " \
-        "| 2, 2 |" in out
+        "| 0.35 | 2, 2 |" in out
     assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
         lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),), rbar=rbar)
     with pytest.raises(SystemExit, match="noise_other.csv has no run 'w'"):
         lr_ratio.main([], root=tmp_path, scans=scans, rbar=(((1000, 2048, 10, (0.9, 0.95)), "results/analysis/noise_other.csv", "w"),))
+    (tmp_path / "results/t_points.csv").unlink()
+    with pytest.raises(SystemExit, match="t_points.csv does not exist; lr_transfer writes it"):
+        lr_ratio.main([], root=tmp_path, scans=scans, rbar=rbar)
+
+
+def test_lr_ratio_carry_over_reads_the_shared_lr_range_only():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
+    lr_ratio = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lr_ratio)
+    carry_over = lr_ratio.carry_over
+    adamw = [(1e-3, 2.0), (2e-3, 1.9)]
+    # AdamS behind at both shared lrs (its 4e-3 point lies outside AdamW's grid, read at 2e-3 as 2.3): a bound
+    assert carry_over(adamw, [(1e-3, 2.1), (4e-3, 2.5)]) == ("<", pytest.approx(1e-3))
+    assert carry_over(adamw, [(5e-4, 1.5), (4e-3, 1.8)]) == (">", pytest.approx(2e-3))
+    # no shared range: apart, or touching at one lr
+    assert carry_over(adamw, [(4e-3, 1.0), (8e-3, 1.0)]) is None
+    assert carry_over(adamw, [(5e-4, 1.0), (1e-3, 1.0)]) is None
+    # two crossings upward: the higher one, midway in log lr between 4e-3 and 8e-3; a diverged point is left out
+    flat = [(lr, 2.0) for lr in (1e-3, 2e-3, 4e-3, 8e-3)]
+    wavy = [(1e-3, 1.9), (2e-3, 2.1), (4e-3, 1.9), (8e-3, 2.1), (1.6e-2, math.inf)]
+    assert carry_over(flat, wavy) == ("=", pytest.approx((4e-3 * 8e-3) ** 0.5))
 
 
 def write_noise_csv(path, tensor_ratios, run="a"):

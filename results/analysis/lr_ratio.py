@@ -12,7 +12,13 @@ optimizers' lr grids were scanned, prints and plots
   the step-length ratio that scripts/noise_scale.py measured along the AdamW run at that setting's
   best grid lr (RBAR below names the run; no R̄ where none was measured);
 - AdamS's final loss at its best lr minus AdamW's at its best (± both standard deviations over
-  seeds, added in quadrature): what AdamS costs once its lr is tuned.
+  seeds, added in quadrature): what AdamS costs once its lr is tuned;
+- how far AdamW's lr carries over: the highest lr at which AdamS ended at or below AdamW at the
+  same lr (each optimizer's mean loss read linearly in log lr between its grid points, inside the
+  lr range both grids span), over AdamW's best. Below it the paper's "same hyperparameters" cost
+  AdamS nothing; above it they cost loss. Where the two curves do not cross inside the shared
+  range, only a bound is known: "< x" (AdamS behind at every shared lr) or "> x" (ahead at the
+  highest). The crossing reads the grid means of lr_transfer's OUT_points.csv, seeds as they come.
 
 A setting that was scanned by more than one table (the 600-step 0.82M grid is both a run length and
 a width) is shown once. AdamS rows at another β2 than AdamW's reuse the same table's AdamW grid at
@@ -98,6 +104,49 @@ def measured_rbar(root: Path, rbar=RBAR) -> dict[tuple, float]:
     return out
 
 
+def carry_over(adamw: list[tuple[float, float]], adams: list[tuple[float, float]]) -> tuple[str, float] | None:
+    """The highest lr at which AdamS's loss is at or below AdamW's, from two lr grids of (lr, mean loss).
+
+    With d(lr) = AdamS(lr) - AdamW(lr), each curve linear in log lr between its own grid points and
+    read only inside the lr range both grids span: ("=", lr) at the highest lr where d crosses from
+    <= 0 to > 0; ("<", lowest shared lr) where d > 0 throughout; (">", highest shared lr) where
+    d <= 0 there. None where the grids share fewer than two lrs' worth of range. Diverged (non-finite)
+    points are left out.
+    """
+    curves = [sorted((math.log(lr), y) for lr, y in grid if math.isfinite(y)) for grid in (adamw, adams)]
+    if any(len(c) < 2 for c in curves):
+        return None
+    lo, hi = max(c[0][0] for c in curves), min(c[-1][0] for c in curves)
+    if lo >= hi:
+        return None
+
+    def at(curve, x):
+        for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+            if x0 <= x <= x1:
+                return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+    xs = sorted({x for c in curves for x, _ in c if lo <= x <= hi} | {lo, hi})
+    d = [(x, at(curves[1], x) - at(curves[0], x)) for x in xs]
+    if d[-1][1] <= 0:
+        return ">", math.exp(hi)
+    ups = [x0 + (x1 - x0) * d0 / (d0 - d1) for (x0, d0), (x1, d1) in zip(d, d[1:]) if d0 <= 0 < d1]
+    return ("=", math.exp(ups[-1])) if ups else ("<", math.exp(lo))
+
+
+def grid_curves(path: Path) -> dict[tuple, list[tuple[float, float]]]:
+    """lr_transfer's OUT_points.csv beside OUT.csv: (params, tokens/step, steps, optimizer, betas) -> [(lr, mean)]."""
+    points = path.with_name(path.stem + "_points.csv")
+    if not points.is_file():
+        raise SystemExit(f"{points.relative_to(ROOT) if points.is_relative_to(ROOT) else points} does not exist; "
+                         "lr_transfer writes it beside its table: rerun the lr_transfer command in results/README.md")
+    curves: dict[tuple, list] = {}
+    with open(points) as f:
+        for p in csv.DictReader(f):
+            key = p["params"], p["batch_tokens"], p["steps"], p["optimizer"], betas_of(p)
+            curves.setdefault(key, []).append((float(p["lr"]), float(p["mean"])))
+    return curves
+
+
 def settings(root: Path, scans=SCANS, rbar=RBAR) -> list[dict]:
     rbars = measured_rbar(root, rbar)
     out, seen = [], set()
@@ -107,6 +156,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR) -> list[dict]:
             raise SystemExit(f"{table} does not exist; run the lr_transfer command beside it in results/README.md")
         with open(path) as f:
             rows = list(csv.DictReader(f))
+        curves = grid_curves(path)
         references = [r for r in rows if number(r.get("adamw_best_lr")) and betas_of(r) == REFERENCE_BETAS]
         for r in rows:
             if not number(r.get("adams_best_lr")):
@@ -121,12 +171,15 @@ def settings(root: Path, scans=SCANS, rbar=RBAR) -> list[dict]:
                 continue
             seen.add(key)
             both_fitted = all(number(x[f"{o}_fitted_lr"]) for x, o in ((r, "adams"), (adamw, "adamw")))
+            setting = r["params"], r["batch_tokens"], r["steps"]
+            crossing = carry_over(curves[(*setting, "adamw", REFERENCE_BETAS)], curves[(*setting, "adams", betas)])
             out.append(dict(
                 varied=varied, text=text, params=int(r["params"]), batch_tokens=int(r["batch_tokens"]),
                 steps=int(r["steps"]), betas=betas, ratio=optimum(r, "adams") / optimum(adamw, "adamw"), fitted=both_fitted,
                 ratio_grid=float(r["adams_best_lr"]) / float(adamw["adamw_best_lr"]),
                 gap=float(r["adams_best_loss"]) - float(adamw["adamw_best_loss"]),
                 gap_std=math.hypot(float(r["adams_best_std"]), float(adamw["adamw_best_std"])),
+                carry=crossing and (crossing[0], crossing[1] / optimum(adamw, "adamw")),
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))
     if not out:
@@ -146,13 +199,14 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
     args = parser.parse_args(argv)
     rows = settings(root, scans, rbar)
     print("| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | R̄ | rule ÷ AdamS best | "
-          "AdamS − AdamW at each's best lr | seeds (AdamW, AdamS) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | seeds (AdamW, AdamS) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in rows:
         fit = "" if s["fitted"] else " (grid)"
         rule = f"{s['rbar']:.2f} | {1 / (s['rbar'] * s['ratio']):.2f}" if math.isfinite(s["rbar"]) else "— | —"
+        carry = "—" if not s["carry"] else f"{'' if s['carry'][0] == '=' else s['carry'][0] + ' '}{s['carry'][1]:.2f}"
         print(f"| {s['varied']} | {label(s)} | {s['ratio']:.2f}{fit} | {s['ratio_grid']:.2f} | {rule} | "
-              f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {s['seeds'][0]}, {s['seeds'][1]} |")
+              f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {carry} | {s['seeds'][0]}, {s['seeds'][1]} |")
     plot(rows, out_file(root / args.out, ".png"))
     return rows
 
@@ -174,11 +228,15 @@ def plot(rows: list[dict], path: Path) -> None:
         left.plot(s["ratio_grid"], yi, "|", color=c, ms=10)
         if math.isfinite(s["rbar"]):
             left.plot(1 / s["rbar"], yi, "x", color="black", ms=6)
+        if s["carry"]:  # a diamond where the curves cross; a triangle pointing past a bound
+            kind, at = s["carry"]
+            left.plot(at, yi, {"=": "D", "<": "<", ">": ">"}[kind], color="dimgray", mfc="none", ms=7)
         right.errorbar(s["gap"], yi, xerr=s["gap_std"] or None, fmt="o", color=c, capsize=3, ms=6)
     left.axvline(1, color="black", lw=1.2, ls="--")
     left.text(0.97, len(rows) - 0.4, "the paper:\nAdamW's lr", ha="right", va="top", fontsize=8)
-    left.set(xscale="log", xlim=(0.08, 1.3), xlabel="AdamS's best peak lr ÷ AdamW's best",
-             title="best lr, AdamS ÷ AdamW (● fit, ○ no fit, | grid, × 1/R̄)")
+    left.set(xscale="log", xlim=(0.08, 1.3), xlabel="peak lr ÷ AdamW's best",
+             title="lr ÷ AdamW's best: AdamS's best (● fit, ○ no fit, | grid), × 1/R̄,\n"
+                   "◇ AdamW's lr carries over up to here (◁ ▷ a bound)")
     ticks = (0.1, 0.125, 0.25, 0.5, 1)
     left.set_xticks(ticks, [f"{t:g}" for t in ticks])
     left.set_xticks([], minor=True)
@@ -192,9 +250,12 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.grid(axis="x", alpha=0.3)
     handles = [plt.Line2D([], [], marker="o", ls="", color=colors[v], label=v) for v in scans]
     handles.append(plt.Line2D([], [], marker="x", ls="", color="black", label="the rule: 1/R̄"))
-    left.legend(handles=handles, title="what the scan varied", fontsize=8, loc="center", bbox_to_anchor=(0.68, 0.5))
+    handles.append(plt.Line2D([], [], marker="D", ls="", color="dimgray", mfc="none",
+                              label="AdamS at AdamW's lr is\nbehind above this"))
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    left.legend(handles=handles, title="what the scan varied", fontsize=8, loc="upper center", ncol=4,
+                bbox_to_anchor=(0.5, -0.6 / (0.42 * len(rows) + 0.8)))  # ~0.6 inch below the axes
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
