@@ -491,13 +491,16 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys):
     # where AdamS's loss crosses AdamW's at the same lr: two parabolas of equal width differ by a line in
     # log2 lr, so with u = log2(lr / AdamS's best) the difference is 4u - 4 + 0.085 at beta2 0.95 (bests two
     # octaves apart) and 6u - 9 + 0.085 at 0.99 (three apart); zero at u = 0.97875 and 1.485833, i.e. AdamW's
-    # best x 2^(u - 2) and x 2^(u - 3). The grid's linear reading is exact for a line.
-    assert rows[0]["carry"] == ("=", pytest.approx(2 ** (0.97875 - 2)))
-    assert rows[1]["carry"] == ("=", pytest.approx(2 ** (8.915 / 6 - 3)))
+    # best x 2^(u - 2) and x 2^(u - 3). The grid's linear reading is exact for a line. Both crossings lie
+    # between 1e-3 and 2e-3, where AdamW's grid reads 6.03 and 3.03 (two and one octaves from its best),
+    # so the loss there is the chord's, 6.03 - 3t at u = t (beta2 0.95) and u = 1 + t (0.99), minus 2.03
+    assert rows[0]["carry"] == ("=", pytest.approx(2 ** (0.97875 - 2)), pytest.approx(6.03 - 3 * 0.97875 - 2.03))
+    assert rows[1]["carry"] == ("=", pytest.approx(2 ** (8.915 / 6 - 3)), pytest.approx(6.03 - 3 * (8.915 / 6 - 1) - 2.03))
     out = capsys.readouterr().out
-    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | +0.085 ± 0.016 | 0.49 | 2, 2 |" in out
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | +0.085 ± 0.016 | 0.49 | +1.064 " \
+        "| 2, 2 |" in out
     assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | — | — | +0.085 ± 0.016 " \
-        "| 0.35 | 2, 2 |" in out
+        "| 0.35 | +2.54" in out  # 2.5425: which way the last digit rounds is up to the float
     assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
         lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),), rbar=rbar)
@@ -517,15 +520,17 @@ def test_lr_ratio_carry_over_reads_the_shared_lr_range_only():
     carry_over = lr_ratio.carry_over
     adamw = [(1e-3, 2.0), (2e-3, 1.9)]
     # AdamS behind at both shared lrs (its 4e-3 point lies outside AdamW's grid, read at 2e-3 as 2.3): a bound
-    assert carry_over(adamw, [(1e-3, 2.1), (4e-3, 2.5)]) == ("<", pytest.approx(1e-3))
-    assert carry_over(adamw, [(5e-4, 1.5), (4e-3, 1.8)]) == (">", pytest.approx(2e-3))
+    assert carry_over(adamw, [(1e-3, 2.1), (4e-3, 2.5)]) == ("<", pytest.approx(1e-3), 2.0)
+    assert carry_over(adamw, [(5e-4, 1.5), (4e-3, 1.8)]) == (">", pytest.approx(2e-3), pytest.approx(1.9))
     # no shared range: apart, or touching at one lr
     assert carry_over(adamw, [(4e-3, 1.0), (8e-3, 1.0)]) is None
     assert carry_over(adamw, [(5e-4, 1.0), (1e-3, 1.0)]) is None
     # two crossings upward: the higher one, midway in log lr between 4e-3 and 8e-3; a diverged point is left out
     flat = [(lr, 2.0) for lr in (1e-3, 2e-3, 4e-3, 8e-3)]
     wavy = [(1e-3, 1.9), (2e-3, 2.1), (4e-3, 1.9), (8e-3, 2.1), (1.6e-2, math.inf)]
-    assert carry_over(flat, wavy) == ("=", pytest.approx((4e-3 * 8e-3) ** 0.5))
+    assert carry_over(flat, wavy) == ("=", pytest.approx((4e-3 * 8e-3) ** 0.5), pytest.approx(2.0))
+    with pytest.raises(ValueError, match="outside the grid"):
+        lr_ratio.read([(0.0, 1.0), (1.0, 2.0)], 1.5)
 
 
 def write_noise_csv(path, tensor_ratios, run="a"):

@@ -16,9 +16,11 @@ optimizers' lr grids were scanned, prints and plots
 - how far AdamW's lr carries over: the highest lr at which AdamS ended at or below AdamW at the
   same lr (each optimizer's mean loss read linearly in log lr between its grid points, inside the
   lr range both grids span), over AdamW's best. Below it the paper's "same hyperparameters" cost
-  AdamS nothing; above it they cost loss. Where the two curves do not cross inside the shared
-  range, only a bound is known: "< x" (AdamS behind at every shared lr) or "> x" (ahead at the
-  highest). The crossing reads the grid means of lr_transfer's OUT_points.csv, seeds as they come.
+  AdamS nothing; above it they cost loss. Beside it, the loss both reach there minus AdamW's best:
+  how far from tuned AdamW the lrs are at which the two optimizers are interchangeable. Where the
+  two curves do not cross inside the shared range, only a bound is known: "< x" (AdamS behind at
+  every shared lr) or "> x" (ahead at the highest). The crossing reads the grid means of
+  lr_transfer's OUT_points.csv, seeds as they come.
 
 A setting that was scanned by more than one table (the 600-step 0.82M grid is both a run length and
 a width) is shown once. AdamS rows at another β2 than AdamW's reuse the same table's AdamW grid at
@@ -104,14 +106,22 @@ def measured_rbar(root: Path, rbar=RBAR) -> dict[tuple, float]:
     return out
 
 
-def carry_over(adamw: list[tuple[float, float]], adams: list[tuple[float, float]]) -> tuple[str, float] | None:
+def read(curve: list[tuple[float, float]], x: float) -> float:
+    """A grid's loss at log lr x, linear between the grid points (x, loss) on either side; x inside the grid."""
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    raise ValueError(f"log lr {x} lies outside the grid")
+
+
+def carry_over(adamw: list[tuple[float, float]], adams: list[tuple[float, float]]) -> tuple[str, float, float] | None:
     """The highest lr at which AdamS's loss is at or below AdamW's, from two lr grids of (lr, mean loss).
 
     With d(lr) = AdamS(lr) - AdamW(lr), each curve linear in log lr between its own grid points and
-    read only inside the lr range both grids span: ("=", lr) at the highest lr where d crosses from
-    <= 0 to > 0; ("<", lowest shared lr) where d > 0 throughout; (">", highest shared lr) where
-    d <= 0 there. None where the grids share fewer than two lrs' worth of range. Diverged (non-finite)
-    points are left out.
+    read only inside the lr range both grids span: ("=", lr, loss) at the highest lr where d crosses
+    from <= 0 to > 0, where both reach that loss; ("<", lowest shared lr, AdamW's loss there) where
+    d > 0 throughout; (">", highest shared lr, AdamW's loss there) where d <= 0 there. None where the
+    grids share fewer than two lrs' worth of range. Diverged (non-finite) points are left out.
     """
     curves = [sorted((math.log(lr), y) for lr, y in grid if math.isfinite(y)) for grid in (adamw, adams)]
     if any(len(c) < 2 for c in curves):
@@ -119,18 +129,11 @@ def carry_over(adamw: list[tuple[float, float]], adams: list[tuple[float, float]
     lo, hi = max(c[0][0] for c in curves), min(c[-1][0] for c in curves)
     if lo >= hi:
         return None
-
-    def at(curve, x):
-        for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
-            if x0 <= x <= x1:
-                return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-
     xs = sorted({x for c in curves for x, _ in c if lo <= x <= hi} | {lo, hi})
-    d = [(x, at(curves[1], x) - at(curves[0], x)) for x in xs]
-    if d[-1][1] <= 0:
-        return ">", math.exp(hi)
+    d = [(x, read(curves[1], x) - read(curves[0], x)) for x in xs]
     ups = [x0 + (x1 - x0) * d0 / (d0 - d1) for (x0, d0), (x1, d1) in zip(d, d[1:]) if d0 <= 0 < d1]
-    return ("=", math.exp(ups[-1])) if ups else ("<", math.exp(lo))
+    kind, x = (">", hi) if d[-1][1] <= 0 else ("=", ups[-1]) if ups else ("<", lo)
+    return kind, math.exp(x), read(curves[0], x)
 
 
 def grid_curves(path: Path) -> dict[tuple, list[tuple[float, float]]]:
@@ -179,7 +182,8 @@ def settings(root: Path, scans=SCANS, rbar=RBAR) -> list[dict]:
                 ratio_grid=float(r["adams_best_lr"]) / float(adamw["adamw_best_lr"]),
                 gap=float(r["adams_best_loss"]) - float(adamw["adamw_best_loss"]),
                 gap_std=math.hypot(float(r["adams_best_std"]), float(adamw["adamw_best_std"])),
-                carry=crossing and (crossing[0], crossing[1] / optimum(adamw, "adamw")),
+                carry=crossing and (crossing[0], crossing[1] / optimum(adamw, "adamw"),
+                                    crossing[2] - float(adamw["adamw_best_loss"])),
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))
     if not out:
@@ -199,12 +203,14 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
     args = parser.parse_args(argv)
     rows = settings(root, scans, rbar)
     print("| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | R̄ | rule ÷ AdamS best | "
-          "AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | seeds (AdamW, AdamS) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | both's loss there "
+          "− AdamW's best | seeds (AdamW, AdamS) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in rows:
         fit = "" if s["fitted"] else " (grid)"
         rule = f"{s['rbar']:.2f} | {1 / (s['rbar'] * s['ratio']):.2f}" if math.isfinite(s["rbar"]) else "— | —"
-        carry = "—" if not s["carry"] else f"{'' if s['carry'][0] == '=' else s['carry'][0] + ' '}{s['carry'][1]:.2f}"
+        kind, at, cost = s["carry"] or ("", math.nan, math.nan)
+        carry = "— | —" if not kind else f"{at:.2f} | {cost:+.3f}" if kind == "=" else f"{kind} {at:.2f} | —"
         print(f"| {s['varied']} | {label(s)} | {s['ratio']:.2f}{fit} | {s['ratio_grid']:.2f} | {rule} | "
               f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {carry} | {s['seeds'][0]}, {s['seeds'][1]} |")
     plot(rows, out_file(root / args.out, ".png"))
@@ -229,7 +235,7 @@ def plot(rows: list[dict], path: Path) -> None:
         if math.isfinite(s["rbar"]):
             left.plot(1 / s["rbar"], yi, "x", color="black", ms=6)
         if s["carry"]:  # a diamond where the curves cross; a triangle pointing past a bound
-            kind, at = s["carry"]
+            kind, at, _ = s["carry"]
             left.plot(at, yi, {"=": "D", "<": "<", ">": ">"}[kind], color="dimgray", mfc="none", ms=7)
         right.errorbar(s["gap"], yi, xerr=s["gap_std"] or None, fmt="o", color=c, capsize=3, ms=6)
     left.axvline(1, color="black", lw=1.2, ls="--")
