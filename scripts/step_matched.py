@@ -1,7 +1,7 @@
 """AdamS against AdamW at the same step length: each AdamS lr read at lr × R̄ on AdamW's lr grid.
 
-    python -m scripts.step_matched results/runs/bpe_long/adamw*/*seed=1/ results/runs/bpe_long/adams*/*seed=1/ \\
-        --rbar 3.35 --at 1600 2400 --out results/step_matched_bpe_long
+    python -m scripts.step_matched results/runs/bpe_long/adamw*/*seed=1/ results/runs/bpe_long/adams/*seed=1/ \\
+        results/runs/bpe_long/adams_lr/*seed=1/ --rbar 3.35 --at 1600 2400 --out results/step_matched/bpe_long
 
 R̄ (printed by scripts/noise_scale.py) is how much longer AdamS's steps are than AdamW's from the same
 gradients, so AdamS at lr steps as far as AdamW at lr × R̄: the lr rule in the README is that
@@ -120,6 +120,7 @@ def plot(curves: dict, rows: list[dict], steps: list[int], rbar: float, path: Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig, axes = plt.subplots(1, len(steps), figsize=(5.5 * len(steps), 4.5), squeeze=False)
     for ax, step in zip(axes[0], steps):
@@ -130,6 +131,10 @@ def plot(curves: dict, rows: list[dict], steps: list[int], rbar: float, path: Pa
         ax.plot(*zip(*adams), "s--", label=f"AdamS, placed at its lr × {rbar:g}")
         ax.set(xscale="log", xlabel="AdamW-equivalent peak lr (AdamS: lr × R̄)", ylabel="validation loss",
                title=f"step {step}")
+        # grids span about a decade, where matplotlib's minor labels overlap: label 1, 2 and 5 per decade instead
+        ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.0e}".replace("e-0", "e-")))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle("AdamS and AdamW at equal step length")
