@@ -497,10 +497,11 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys):
     assert rows[0]["carry"] == ("=", pytest.approx(2 ** (0.97875 - 2)), pytest.approx(6.03 - 3 * 0.97875 - 2.03))
     assert rows[1]["carry"] == ("=", pytest.approx(2 ** (8.915 / 6 - 3)), pytest.approx(6.03 - 3 * (8.915 / 6 - 1) - 2.03))
     out = capsys.readouterr().out
-    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | +0.085 ± 0.016 | 0.49 | +1.064 " \
-        "| 2, 2 |" in out
+    # the crossing over AdamS's own best: 2^0.97875 = 1.97 and 2^1.485833 = 2.80
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | +0.085 ± 0.016 | 0.49 | 1.97 " \
+        "| +1.064 | 2, 2 |" in out
     assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | — | — | +0.085 ± 0.016 " \
-        "| 0.35 | +2.54" in out  # 2.5425: which way the last digit rounds is up to the float
+        "| 0.35 | 2.80 | +2.54" in out  # 2.5425: which way the last digit rounds is up to the float
     assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
         lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),), rbar=rbar)

@@ -203,14 +203,16 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
     args = parser.parse_args(argv)
     rows = settings(root, scans, rbar)
     print("| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | R̄ | rule ÷ AdamS best | "
-          "AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | both's loss there "
+          "AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | (÷ AdamS best) | both's loss there "
           "− AdamW's best | seeds (AdamW, AdamS) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in rows:
         fit = "" if s["fitted"] else " (grid)"
         rule = f"{s['rbar']:.2f} | {1 / (s['rbar'] * s['ratio']):.2f}" if math.isfinite(s["rbar"]) else "— | —"
         kind, at, cost = s["carry"] or ("", math.nan, math.nan)
-        carry = "— | —" if not kind else f"{at:.2f} | {cost:+.3f}" if kind == "=" else f"{kind} {at:.2f} | —"
+        mine = at / s["ratio"]  # the same lr over AdamS's own best
+        carry = ("— | — | —" if not kind else f"{at:.2f} | {mine:.2f} | {cost:+.3f}" if kind == "="
+                 else f"{kind} {at:.2f} | {kind} {mine:.2f} | —")
         print(f"| {s['varied']} | {label(s)} | {s['ratio']:.2f}{fit} | {s['ratio_grid']:.2f} | {rule} | "
               f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {carry} | {s['seeds'][0]}, {s['seeds'][1]} |")
     plot(rows, out_file(root / args.out, ".png"))
