@@ -534,6 +534,26 @@ def test_lr_ratio_carry_over_reads_the_shared_lr_range_only():
         lr_ratio.read([(0.0, 1.0), (1.0, 2.0)], 1.5)
 
 
+def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys):
+    # loss = log2(lr / best)^2 + c: AdamW's best 4e-3 (c = 2), AdamS's 1e-3 (c = 1). In the lrs both grids
+    # span, 1e-3 to 2e-3, AdamS is ahead (1 against 6, 2 against 3), so AdamW's lr carries over at least
+    # to 2e-3: 0.5x AdamW's best and 2x AdamS's, with no loss at a crossing to report
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
+    lr_ratio = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lr_ratio)
+    runs = [fake_run(tmp_path / "runs" / f"{opt}_{lr}", opt, lr, math.log2(lr / best) ** 2 + c, beta1=0.9, beta2=0.95)
+            for opt, best, c, lrs in (("adamw", 4e-3, 2.0, (1e-3, 2e-3, 4e-3, 8e-3)),
+                                      ("adams", 1e-3, 1.0, (2.5e-4, 5e-4, 1e-3, 2e-3)))
+            for lr in lrs]
+    lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "results/t")])
+    (tmp_path / "results/analysis").mkdir()
+    rows = lr_ratio.main([], root=tmp_path, scans=(("results/t.csv", "batch", "bytes"),), rbar=())
+    assert rows[0]["carry"] == (">", pytest.approx(0.5), pytest.approx(3.0 - 2.0))
+    assert "| 0.25 | 0.25 | — | — | -1.000 ± 0.000 | > 0.50 | > 2.00 | — | 1, 1 |" in capsys.readouterr().out
+
+
 def write_noise_csv(path, tensor_ratios, run="a"):
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["run", "iter", "tensor", "measured_ratio"])

@@ -228,7 +228,8 @@ def plot(rows: list[dict], path: Path) -> None:
     scans = list(dict.fromkeys(s["varied"] for s in rows))
     colors = {v: f"C{i}" for i, v in enumerate(scans)}
     y = list(range(len(rows)))[::-1]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.42 * len(rows) + 1.8), sharey=True,
+    height = max(0.42 * len(rows) + 1.8, 4.0)  # inches: the titles and labels need about 2 even for one row
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, height), sharey=True,
                                       gridspec_kw=dict(width_ratios=(1.3, 1)))
     for yi, s in zip(y, rows):
         c = colors[s["varied"]]
@@ -241,6 +242,7 @@ def plot(rows: list[dict], path: Path) -> None:
             left.plot(at, yi, {"=": "D", "<": "<", ">": ">"}[kind], color="dimgray", mfc="none", ms=7)
         right.errorbar(s["gap"], yi, xerr=s["gap_std"] or None, fmt="o", color=c, capsize=3, ms=6)
     left.axvline(1, color="black", lw=1.2, ls="--")
+    left.set_ylim(-1, len(rows))  # room for the note below, which autoscaling ignores (one row would leave none)
     left.text(0.97, len(rows) - 0.4, "the paper:\nAdamW's lr", ha="right", va="top", fontsize=8)
     left.set(xscale="log", xlim=(0.08, 1.3), xlabel="peak lr ÷ AdamW's best",
              title="lr ÷ AdamW's best: AdamS's best (● fit, ○ no fit, | grid), × 1/R̄,\n"
@@ -262,7 +264,7 @@ def plot(rows: list[dict], path: Path) -> None:
                               label="AdamS at AdamW's lr is\nbehind above this"))
     fig.tight_layout()
     left.legend(handles=handles, title="what the scan varied", fontsize=8, loc="upper center", ncol=4,
-                bbox_to_anchor=(0.5, -0.6 / (0.42 * len(rows) + 0.8)))  # ~0.6 inch below the axes
+                bbox_to_anchor=(0.5, -0.6 / (height - 1.0)))  # ~0.6 inch below the axes
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
