@@ -242,7 +242,7 @@ def plot(rows: list[dict], path: Path) -> None:
             left.plot(at, yi, {"=": "D", "<": "<", ">": ">"}[kind], color="dimgray", mfc="none", ms=7)
         right.errorbar(s["gap"], yi, xerr=s["gap_std"] or None, fmt="o", color=c, capsize=3, ms=6)
     left.axvline(1, color="black", lw=1.2, ls="--")
-    left.set_ylim(-1, len(rows))  # room for the note below, which autoscaling ignores (one row would leave none)
+    left.set_ylim(-1, len(rows))  # keeps the paper's note (next line) inside: autoscaling ignores text
     left.text(0.97, len(rows) - 0.4, "the paper:\nAdamW's lr", ha="right", va="top", fontsize=8)
     left.set(xscale="log", xlim=(0.08, 1.3), xlabel="peak lr ÷ AdamW's best",
              title="lr ÷ AdamW's best: AdamS's best (● fit, ○ no fit, | grid), × 1/R̄,\n"
