@@ -498,9 +498,13 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys):
     assert rows[1]["carry"] == ("=", pytest.approx(2 ** (8.915 / 6 - 3)), pytest.approx(6.03 - 3 * (8.915 / 6 - 1) - 2.03))
     out = capsys.readouterr().out
     # the crossing over AdamS's own best: 2^0.97875 = 1.97 and 2^1.485833 = 2.80
-    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | +0.085 ± 0.016 | 0.49 | 1.97 " \
-        "| +1.064 | 2, 2 |" in out
-    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | — | — | +0.085 ± 0.016 " \
+    # AdamW's optimum's low edge: its grid means read 3.03 at 2e-3 and 2.03 at 4e-3, so the line between them
+    # reaches 2.03 + 0.01 at 2e-3 x 2^0.99, i.e. AdamW's best x 2^-0.01; over R-bar 4 and AdamS's best (1/4 of
+    # AdamW's) that is 2^-0.01 = 0.993
+    assert rows[0]["edge"] == pytest.approx(2 ** -0.01)
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | 0.99 | +0.085 ± 0.016 | 0.49 " \
+        "| 1.97 | +1.064 | 2, 2 |" in out
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | — | — | — | +0.085 ± 0.016 " \
         "| 0.35 | 2.80 | +2.54" in out  # 2.5425: which way the last digit rounds is up to the float
     assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
@@ -534,6 +538,24 @@ def test_lr_ratio_carry_over_reads_the_shared_lr_range_only():
         lr_ratio.read([(0.0, 1.0), (1.0, 2.0)], 1.5)
 
 
+def test_lr_ratio_low_edge_is_the_lowest_lr_within_reach_of_the_best():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
+    lr_ratio = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lr_ratio)
+    low_edge = lr_ratio.low_edge
+    # a plateau: 2e-3 and 8e-3 within 0.01 of the best (4e-3), 1e-3 0.1 above it: from 1e-3 to 2e-3 the line
+    # falls from 2.1 to 2.005 and crosses 2.01 a fraction (2.1 - 2.01) / 0.095 of the way, in log lr (unsorted
+    # input; a diverged point is left out)
+    curve = [(8e-3, 2.008), (1e-3, 2.1), (4e-3, 2.0), (2e-3, 2.005), (1.6e-2, math.nan)]
+    assert low_edge(curve, 0.01) == pytest.approx(1e-3 * 2 ** (0.09 / 0.095))
+    assert low_edge(curve, 0.0) == pytest.approx(4e-3)  # within nothing: the best grid point
+    assert low_edge(curve, 0.2) == pytest.approx(1e-3)  # the grid's lowest lr is already within reach
+    # the line is read in log lr: from 3.0 at 1e-3 to 1.0 at 4e-3 it passes 2.0 at 2e-3, not at 2.5e-3
+    assert low_edge([(1e-3, 3.0), (4e-3, 1.0)], 1.0) == pytest.approx(2e-3)
+
+
 def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys):
     # loss = log2(lr / best)^2 + c: AdamW's best 4e-3 (c = 2), AdamS's 1e-3 (c = 1). In the lrs both grids
     # span, 1e-3 to 2e-3, AdamS is ahead (1 against 6, 2 against 3), so AdamW's lr carries over at least
@@ -551,7 +573,7 @@ def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys):
     (tmp_path / "results/analysis").mkdir()
     rows = lr_ratio.main([], root=tmp_path, scans=(("results/t.csv", "batch", "bytes"),), rbar=())
     assert rows[0]["carry"] == (">", pytest.approx(0.5), pytest.approx(3.0 - 2.0))
-    assert "| 0.25 | 0.25 | — | — | -1.000 ± 0.000 | > 0.50 | > 2.00 | — | 1, 1 |" in capsys.readouterr().out
+    assert "| 0.25 | 0.25 | — | — | — | -1.000 ± 0.000 | > 0.50 | > 2.00 | — | 1, 1 |" in capsys.readouterr().out
 
 
 def write_noise_csv(path, tensor_ratios, run="a"):

@@ -11,6 +11,9 @@ optimizers' lr grids were scanned, prints and plots
 - the README's lr rule beside it, 1/R̄: AdamW's best lr / R̄ is where the rule puts AdamS's, with R̄
   the step-length ratio that scripts/noise_scale.py measured along the AdamW run at that setting's
   best grid lr (RBAR below names the run; no R̄ where none was measured);
+- the rule again from the low edge of AdamW's optimum, for optima that are broad: the lowest lr at
+  which AdamW's mean loss (linear in log lr between grid points) comes within --within nats (0.01)
+  of its lowest grid mean, divided by R̄, over AdamS's best;
 - AdamS's final loss at its best lr minus AdamW's at its best (± both standard deviations over
   seeds, added in quadrature): what AdamS costs once its lr is tuned;
 - how far AdamW's lr carries over: the highest lr at which AdamS ended at or below AdamW at the
@@ -114,6 +117,19 @@ def read(curve: list[tuple[float, float]], x: float) -> float:
     raise ValueError(f"log lr {x} lies outside the grid")
 
 
+def low_edge(curve: list[tuple[float, float]], within: float) -> float:
+    """The lowest lr at which a grid of (lr, mean loss), linear in log lr between its points, comes within
+    `within` of its lowest point: the low edge of a broad optimum (the best grid point itself if no lower
+    neighbour is close). Diverged (non-finite) points are left out."""
+    c = sorted((math.log(lr), y) for lr, y in curve if math.isfinite(y))
+    level = min(y for _, y in c) + within
+    if c[0][1] <= level:
+        return math.exp(c[0][0])
+    for (x0, y0), (x1, y1) in zip(c, c[1:]):  # y0 > level here, so y0 > y1 where y1 <= level
+        if y1 <= level:
+            return math.exp(x0 + (x1 - x0) * (y0 - level) / (y0 - y1))
+
+
 def carry_over(adamw: list[tuple[float, float]], adams: list[tuple[float, float]]) -> tuple[str, float, float] | None:
     """The highest lr at which AdamS's loss is at or below AdamW's, from two lr grids of (lr, mean loss).
 
@@ -150,7 +166,7 @@ def grid_curves(path: Path) -> dict[tuple, list[tuple[float, float]]]:
     return curves
 
 
-def settings(root: Path, scans=SCANS, rbar=RBAR) -> list[dict]:
+def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[dict]:
     rbars = measured_rbar(root, rbar)
     out, seen = [], set()
     for table, varied, text in scans:
@@ -175,7 +191,8 @@ def settings(root: Path, scans=SCANS, rbar=RBAR) -> list[dict]:
             seen.add(key)
             both_fitted = all(number(x[f"{o}_fitted_lr"]) for x, o in ((r, "adams"), (adamw, "adamw")))
             setting = r["params"], r["batch_tokens"], r["steps"]
-            crossing = carry_over(curves[(*setting, "adamw", REFERENCE_BETAS)], curves[(*setting, "adams", betas)])
+            adamw_curve = curves[(*setting, "adamw", REFERENCE_BETAS)]
+            crossing = carry_over(adamw_curve, curves[(*setting, "adams", betas)])
             out.append(dict(
                 varied=varied, text=text, params=int(r["params"]), batch_tokens=int(r["batch_tokens"]),
                 steps=int(r["steps"]), betas=betas, ratio=optimum(r, "adams") / optimum(adamw, "adamw"), fitted=both_fitted,
@@ -184,6 +201,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR) -> list[dict]:
                 gap_std=math.hypot(float(r["adams_best_std"]), float(adamw["adamw_best_std"])),
                 carry=crossing and (crossing[0], crossing[1] / optimum(adamw, "adamw"),
                                     crossing[2] - float(adamw["adamw_best_loss"])),
+                edge=low_edge(adamw_curve, within) / optimum(adamw, "adamw"),
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))
     if not out:
@@ -200,26 +218,29 @@ def label(s: dict) -> str:
 def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="results/analysis/lr_ratio", help="the figure, as OUT.png")
+    parser.add_argument("--within", type=float, default=0.01,
+                        help="nats: AdamW's loss this close to its best counts as level with it (default 0.01)")
     args = parser.parse_args(argv)
-    rows = settings(root, scans, rbar)
-    print("| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | R̄ | rule ÷ AdamS best | "
-          "AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | (÷ AdamS best) | both's loss there "
+    rows = settings(root, scans, rbar, args.within)
+    print(f"| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | R̄ | rule ÷ AdamS best | rule from AdamW's "
+          f"lowest lr within {args.within:g} of its best, ÷ AdamS best | AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | (÷ AdamS best) | both's loss there "
           "− AdamW's best | seeds (AdamW, AdamS) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in rows:
         fit = "" if s["fitted"] else " (grid)"
-        rule = f"{s['rbar']:.2f} | {1 / (s['rbar'] * s['ratio']):.2f}" if math.isfinite(s["rbar"]) else "— | —"
+        rule = (f"{s['rbar']:.2f} | {1 / (s['rbar'] * s['ratio']):.2f} | {s['edge'] / (s['rbar'] * s['ratio']):.2f}"
+                if math.isfinite(s["rbar"]) else "— | — | —")
         kind, at, cost = s["carry"] or ("", math.nan, math.nan)
         mine = at / s["ratio"]  # the same lr over AdamS's own best
         carry = ("— | — | —" if not kind else f"{at:.2f} | {mine:.2f} | {cost:+.3f}" if kind == "="
                  else f"{kind} {at:.2f} | {kind} {mine:.2f} | —")
         print(f"| {s['varied']} | {label(s)} | {s['ratio']:.2f}{fit} | {s['ratio_grid']:.2f} | {rule} | "
               f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {carry} | {s['seeds'][0]}, {s['seeds'][1]} |")
-    plot(rows, out_file(root / args.out, ".png"))
+    plot(rows, out_file(root / args.out, ".png"), args.within)
     return rows
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, within: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -237,6 +258,7 @@ def plot(rows: list[dict], path: Path) -> None:
         left.plot(s["ratio_grid"], yi, "|", color=c, ms=10)
         if math.isfinite(s["rbar"]):
             left.plot(1 / s["rbar"], yi, "x", color="black", ms=6)
+            left.plot(s["edge"] / s["rbar"], yi, "+", color="black", ms=8)
         if s["carry"]:  # a diamond where the curves cross; a triangle pointing past a bound
             kind, at, _ = s["carry"]
             left.plot(at, yi, {"=": "D", "<": "<", ">": ">"}[kind], color="dimgray", mfc="none", ms=7)
@@ -245,7 +267,8 @@ def plot(rows: list[dict], path: Path) -> None:
     left.set_ylim(-1, len(rows))  # keeps the paper's note (next line) inside: autoscaling ignores text
     left.text(0.97, len(rows) - 0.4, "the paper:\nAdamW's lr", ha="right", va="top", fontsize=8)
     left.set(xscale="log", xlim=(0.08, 1.3), xlabel="peak lr ÷ AdamW's best",
-             title="lr ÷ AdamW's best: AdamS's best (● fit, ○ no fit, | grid), × 1/R̄,\n"
+             title="lr ÷ AdamW's best: AdamS's best (● fit, ○ no fit, | grid),\n"
+                   "× the rule 1/R̄, + the rule from the low edge of AdamW's optimum,\n"
                    "◇ AdamW's lr carries over up to here (◁ ▷ a bound)")
     ticks = (0.1, 0.125, 0.25, 0.5, 1)
     left.set_xticks(ticks, [f"{t:g}" for t in ticks])
@@ -260,6 +283,8 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.grid(axis="x", alpha=0.3)
     handles = [plt.Line2D([], [], marker="o", ls="", color=colors[v], label=v) for v in scans]
     handles.append(plt.Line2D([], [], marker="x", ls="", color="black", label="the rule: 1/R̄"))
+    handles.append(plt.Line2D([], [], marker="+", ls="", color="black", ms=8,
+                              label=f"the rule from the lowest lr\nwithin {within:g} of AdamW's best"))
     handles.append(plt.Line2D([], [], marker="D", ls="", color="dimgray", mfc="none",
                               label="AdamS at AdamW's lr is\nbehind above this"))
     fig.tight_layout()
