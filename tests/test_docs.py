@@ -47,3 +47,18 @@ def test_modules_the_docs_run_exist():
             if module == "data.x.prepare":  # the troubleshooting table's example of a missing dataset
                 continue
             assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module
+
+
+def test_results_readme_holds_the_lr_table_lr_ratio_prints(tmp_path, capsys):
+    # results/README.md's "Every lr scan at once" table is lr_ratio.py's output over the committed tables
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
+    lr_ratio = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lr_ratio)
+    lr_ratio.main(["--out", str(tmp_path / "lr_ratio")])
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    results = (REPO / "results/README.md").read_text()
+    assert printed[0] in results, "results/README.md lacks lr_ratio's table header: run python results/analysis/lr_ratio.py"
+    shown = results[results.index(printed[0]):].splitlines()[:len(printed)]
+    assert shown == printed, "results/README.md's lr table is stale: paste python results/analysis/lr_ratio.py's table"
