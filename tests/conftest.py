@@ -11,6 +11,17 @@ from tokens import write_tokens
 
 
 @pytest.fixture(scope="session")
+def lr_ratio():
+    """results/analysis/lr_ratio.py as a module (it lives outside the importable packages)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lr_ratio", Path(__file__).resolve().parents[1] / "results/analysis/lr_ratio.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """data_dir holding dataset 'tiny': ~200 KB of standard-library source as byte tokens."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])

@@ -49,13 +49,8 @@ def test_modules_the_docs_run_exist():
             assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module
 
 
-def test_results_readme_holds_the_lr_table_lr_ratio_prints(tmp_path, capsys):
+def test_results_readme_holds_the_lr_table_lr_ratio_prints(tmp_path, capsys, lr_ratio):
     # results/README.md's "Every lr scan at once" table is lr_ratio.py's output over the committed tables
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
-    lr_ratio = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lr_ratio)
     lr_ratio.main(["--out", str(tmp_path / "lr_ratio")])
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
     results = (REPO / "results/README.md").read_text()

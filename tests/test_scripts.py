@@ -458,15 +458,10 @@ def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
     assert (tmp_path / "results/analysis/beta2_lr.png").stat().st_size > 0
 
 
-def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys):
+def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_ratio):
     # results/analysis/lr_ratio.py over lr_transfer tables of made-up runs: loss = log2(lr / best)^2 + c,
     # AdamW's best 4e-3 (c = 2.0 + 0.02 seed), AdamS's 1e-3 at beta2 0.95 (c = 2.1 + 0.01 seed) and 5e-4 at
     # 0.99 -> ratios 1/4 and 1/8 from the fits, gap 2.115 - 2.03 with the two seed stds in quadrature
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
-    lr_ratio = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lr_ratio)
     runs = []
     for opt, beta2, best, c in (("adamw", 0.95, 4e-3, 2.0), ("adams", 0.95, 1e-3, 2.1), ("adams", 0.99, 5e-4, 2.1)):
         for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3):
@@ -516,12 +511,7 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys):
         lr_ratio.main([], root=tmp_path, scans=scans, rbar=rbar)
 
 
-def test_lr_ratio_carry_over_reads_the_shared_lr_range_only():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
-    lr_ratio = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lr_ratio)
+def test_lr_ratio_carry_over_reads_the_shared_lr_range_only(lr_ratio):
     carry_over = lr_ratio.carry_over
     adamw = [(1e-3, 2.0), (2e-3, 1.9)]
     # AdamS behind at both shared lrs (its 4e-3 point lies outside AdamW's grid, read at 2e-3 as 2.3): a bound
@@ -538,12 +528,7 @@ def test_lr_ratio_carry_over_reads_the_shared_lr_range_only():
         lr_ratio.read([(0.0, 1.0), (1.0, 2.0)], 1.5)
 
 
-def test_lr_ratio_low_edge_is_the_lowest_lr_within_reach_of_the_best():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
-    lr_ratio = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lr_ratio)
+def test_lr_ratio_low_edge_is_the_lowest_lr_within_reach_of_the_best(lr_ratio):
     low_edge = lr_ratio.low_edge
     # a plateau: 2e-3 and 8e-3 within 0.01 of the best (4e-3), 1e-3 0.1 above it: from 1e-3 to 2e-3 the line
     # falls from 2.1 to 2.005 and crosses 2.01 a fraction (2.1 - 2.01) / 0.095 of the way, in log lr (unsorted
@@ -556,15 +541,10 @@ def test_lr_ratio_low_edge_is_the_lowest_lr_within_reach_of_the_best():
     assert low_edge([(1e-3, 3.0), (4e-3, 1.0)], 1.0) == pytest.approx(2e-3)
 
 
-def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys):
+def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, lr_ratio):
     # loss = log2(lr / best)^2 + c: AdamW's best 4e-3 (c = 2), AdamS's 1e-3 (c = 1). In the lrs both grids
     # span, 1e-3 to 2e-3, AdamS is ahead (1 against 6, 2 against 3), so AdamW's lr carries over at least
     # to 2e-3: 0.5x AdamW's best and 2x AdamS's, with no loss at a crossing to report
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("lr_ratio", REPO / "results/analysis/lr_ratio.py")
-    lr_ratio = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lr_ratio)
     runs = [fake_run(tmp_path / "runs" / f"{opt}_{lr}", opt, lr, math.log2(lr / best) ** 2 + c, beta1=0.9, beta2=0.95)
             for opt, best, c, lrs in (("adamw", 4e-3, 2.0, (1e-3, 2e-3, 4e-3, 8e-3)),
                                       ("adams", 1e-3, 1.0, (2.5e-4, 5e-4, 1e-3, 2e-3)))
