@@ -25,14 +25,12 @@ from operator import attrgetter, or_
 
 import torch
 
-# Each program updates 8 KiB of each of p, g and m, 16 elements per thread: 2048 fp32 elements
-# with 4 warps, 4096 bf16/fp16 elements with 8. On the H100, with 2048 elements per program for
-# every dtype, the bf16 step took nearly as long as the fp32 one (1.37 against 1.47 ms at GPT-2
-# Small, CPU work included) for half the bytes; the kernel then loaded one element per instruction
-# (no alignment hint), so bf16 needed as many loads as fp32. Both settings were chosen before the
-# kernel's loads were 128 bits wide; scripts/tune_triton.py measures the alternatives on a GPU.
-BLOCK_BYTES = 8192
-ELEMENTS_PER_THREAD = 16
+# Per element size: (bytes of each of p, g and m that one program updates, elements per thread).
+# Set from scripts/tune_triton.py on one H200 (results/gpu/tune_triton.json, GPT-2 Small shapes,
+# 128-bit loads): fp32 fastest at 8 KiB with 4 elements a thread (2048 elements, 16 warps), bf16 at
+# 32 KiB with 16 (16384 elements, 32 warps), 31% faster there than the 8 KiB / 16 that both dtypes
+# used before. fp16 takes bf16's setting (same size, not measured on its own).
+SETTINGS = {4: (8192, 4), 2: (32768, 16)}
 _ALIGN = 16  # bytes: every address the kernel takes is a multiple of this (128-bit loads and stores)
 
 
@@ -48,7 +46,12 @@ _TL_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float1
 
 def _block(dtype: torch.dtype) -> int:
     """Elements per program."""
-    return BLOCK_BYTES // dtype.itemsize
+    return SETTINGS[dtype.itemsize][0] // dtype.itemsize
+
+
+def _warps(dtype: torch.dtype) -> int:
+    """Warps per program: its elements over 32 threads a warp and SETTINGS' elements a thread."""
+    return _block(dtype) // (32 * SETTINGS[dtype.itemsize][1])
 
 
 def fits(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor) -> bool:
@@ -115,5 +118,5 @@ def _launch(kind: str, ps: list, addresses: list, hp: tuple) -> None:
         multi_tensor_kernel[(len(block_tensor),)](
             _pointer_table(tuple(addresses), device), numels, block_tensor, block_index, len(ps), *scalars,
             DTYPE=getattr(tl, _TL_DTYPES[ps[0].dtype]), ADAMS=kind == "adams", BLOCK=block, ALIGN=_ALIGN,
-            num_warps=block // (32 * ELEMENTS_PER_THREAD),
+            num_warps=_warps(ps[0].dtype),
         )

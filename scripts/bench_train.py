@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -22,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import torch
 
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -66,9 +69,12 @@ def main(argv=None):
             rows.append(row)
             mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "- (no known peak FLOPs for this device)"
             print(f"{name}: {row['tokens_per_s']:,.0f} tokens/s, MFU {mfu}")
-    if args.json:
+    if args.json:  # with what ran it: the device train.py trained on, torch, and this command
+        on_cuda = bool(rows) and rows[0]["config"]["derived"]["device"].startswith("cuda")
+        device = torch.cuda.get_device_name() if on_cuda else platform.processor() or platform.machine()
+        command = shlex.join(["python", "-m", "scripts.bench_train", *(sys.argv[1:] if argv is None else argv)])
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(dict(rows=rows), indent=2))
+        args.json.write_text(json.dumps(dict(device=device, torch=torch.__version__, command=command, rows=rows), indent=2))
     return rows
 
 

@@ -3,10 +3,8 @@
     python -m scripts.tune_triton                                   # GPT-2 Small shapes, fp32 and bf16
     python -m scripts.tune_triton --dtypes bfloat16 --block-bytes 8192 16384 --json tune.json
 
-optim/_triton_fused.py gives each program BLOCK_BYTES of each of p, g and m, ELEMENTS_PER_THREAD
-elements to a thread (so BLOCK_BYTES / itemsize / 32 / ELEMENTS_PER_THREAD warps). Those two were
-set from one H100 measurement at fp32; the bf16 step reached only a third of copy bandwidth there
-(README, "On one H100"). This times every combination whose warp count Triton accepts (1-32),
+optim/_triton_fused.py's SETTINGS give each program, per element size, a number of bytes of each of
+p, g and m and a number of elements a thread (so bytes / itemsize / 32 / elements warps). This times every combination whose warp count Triton accepts (1-32),
 each against torch's fused AdamW as scripts/bench_optim.py does, and prints them fastest first, so
 the constants can be set from a measurement instead of a guess.
 """
@@ -55,17 +53,17 @@ def main(argv=None):
     copy_gbps = copy_bandwidth(device, 256 * 2**20, args.repeats)
     result = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_gbps=copy_gbps, rows=[])
     print(f"device: {result['device']}; copy bandwidth {copy_gbps:.0f} GB/s; torch {torch.__version__}")
-    default = (_triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD)
+    default = dict(_triton_fused.SETTINGS)
     try:
         for size in args.sizes:
             for name in args.dtypes:
                 dtype, rows = getattr(torch, name), []
                 for b, e, warps in settings(dtype, args.block_bytes, args.elements):
-                    _triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD = b, e
+                    _triton_fused.SETTINGS[dtype.itemsize] = (b, e)
                     row = next(r for r in bench(size, False, dtype, device, args.repeats, ["adams fused"])
                                if r["optimizer"] == "adams fused")
                     rows.append(dict(row, dtype=name, block_bytes=b, elements_per_thread=e, warps=warps,
-                                     pct_copy=100 * row["gbps"] / copy_gbps, default=(b, e) == default))
+                                     pct_copy=100 * row["gbps"] / copy_gbps, default=(b, e) == default[dtype.itemsize]))
                 print(f"\n{size} {name}: {'block bytes':>11} {'elem/thread':>11} {'warps':>5} {'ms':>7} {'% copy':>7} {'/ adamw':>8}")
                 for r in sorted(rows, key=lambda r: r["ms"]):
                     print(f"{'':>{len(size) + len(name) + 2}} {r['block_bytes']:11} {r['elements_per_thread']:11} {r['warps']:5} "
@@ -75,7 +73,8 @@ def main(argv=None):
                     args.json.parent.mkdir(parents=True, exist_ok=True)
                     args.json.write_text(json.dumps(result, indent=2))
     finally:
-        _triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD = default
+        _triton_fused.SETTINGS.clear()
+        _triton_fused.SETTINGS.update(default)
     return result
 
 

@@ -275,6 +275,9 @@ def test_bench_train_runs_train_py_and_reads_its_metrics(tmp_path):
     assert [r["optimizer"] for r in rows] == ["adamw", "adams"]
     assert all(r["tokens_per_s"] > 0 and r["mfu"] is None for r in rows)  # no peak FLOPs known for a CPU
     assert rows[1]["config"]["config"]["optimizer"] == "adams"
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["torch"] == torch.__version__ and saved["device"] and saved["rows"] == rows
+    assert saved["command"].startswith("python -m scripts.bench_train --iters 6 --batch-size 2")
 
 
 def test_sweep_summarize_only_runs_nothing(sweep_out, tmp_path, capsys):
@@ -697,9 +700,9 @@ def test_tune_triton_times_each_setting_and_restores_the_kernels_own(monkeypatch
     seen = []
 
     def fake_bench(size, small, dtype, device, repeats, only):
-        seen.append((dtype, _triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD))
+        seen.append((dtype, *_triton_fused.SETTINGS[dtype.itemsize]))
         yield dict(optimizer="adamw fused (torch)", ms=1.0, gbps=1.0, ratio_to_adamw_fused=1.0)
-        ms = _triton_fused.BLOCK_BYTES / 8192
+        ms = _triton_fused.SETTINGS[dtype.itemsize][0] / 8192
         yield dict(optimizer="adams fused", ms=ms, gbps=100 / ms, ratio_to_adamw_fused=ms)
 
     monkeypatch.setattr(tune_triton.torch.cuda, "is_available", lambda: True)
@@ -707,15 +710,15 @@ def test_tune_triton_times_each_setting_and_restores_the_kernels_own(monkeypatch
     monkeypatch.setattr(tune_triton._triton_fused, "available", lambda: True)
     monkeypatch.setattr(tune_triton, "copy_bandwidth", lambda *a: 200.0)
     monkeypatch.setattr(tune_triton, "bench", fake_bench)
-    before = (_triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD)
+    before = dict(_triton_fused.SETTINGS)
     result = tune_triton.main(["--dtypes", "float32", "--block-bytes", "4096", "8192", "--elements", "8", "16",
                                "--json", str(tmp_path / "t.json")])
     assert seen == [(torch.float32, 4096, 8), (torch.float32, 4096, 16), (torch.float32, 8192, 8), (torch.float32, 8192, 16)]
-    assert (_triton_fused.BLOCK_BYTES, _triton_fused.ELEMENTS_PER_THREAD) == before
+    assert _triton_fused.SETTINGS == before
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
     assert rows == result["rows"] and [r["warps"] for r in rows] == [4, 2, 8, 4]
     assert [r["pct_copy"] for r in rows] == [100.0, 100.0, 50.0, 50.0]
-    assert sum(r["default"] for r in rows) == (before in {(4096, 8), (4096, 16), (8192, 8), (8192, 16)})
+    assert sum(r["default"] for r in rows) == (before[4] in {(4096, 8), (4096, 16), (8192, 8), (8192, 16)})
     table = capsys.readouterr().out.splitlines()
     assert table[-4].split()[:2] == ["4096", "8"] and table[-1].split()[:2] == ["8192", "16"]  # fastest first
 

@@ -101,7 +101,7 @@ PTX = textwrap.dedent("""
         consts = dict(DTYPE=dtype, ADAMS=True, BLOCK=block, ALIGN=tf._ALIGN)
         signature = {a: types.get(a, "constexpr") for a in multi_tensor_kernel.arg_names}
         kernel = triton.compile(ASTSource(multi_tensor_kernel, signature, consts), target=GPUTarget("cuda", 90, 32),
-                                options=dict(num_warps=block // (32 * tf.ELEMENTS_PER_THREAD)))
+                                options=dict(num_warps=tf._warps(getattr(torch, name))))
         ptx = kernel.asm["ptx"]
         print(name, len(re.findall(r"ld\\.global\\.v4\\.b32", ptx)), len(re.findall(r"st\\.global\\.v4\\.b32", ptx)))
 """)
@@ -124,5 +124,5 @@ def test_full_blocks_load_and_store_128_bits_at_a_time(tmp_path):
     assert [line.split()[0] for line in lines] == ["float32", "bfloat16"], result.stdout
     for line, itemsize in zip(lines, (4, 2)):
         name, loads, stores = line.split()
-        vectors = tf.ELEMENTS_PER_THREAD * itemsize // 16  # per thread, per tensor: p, g, m read; p, m written
+        vectors = tf.SETTINGS[itemsize][1] * itemsize // 16  # per thread, per tensor: p, g, m read; p, m written
         assert (int(loads), int(stores)) == (3 * vectors, 2 * vectors), line

@@ -1,7 +1,7 @@
 """CPU time of one fused AdamS/Lion step on CUDA, measured without a GPU.
 
 On an H100 the fused step at GPT-2 Small took 1.47 ms where moving its bytes at copy bandwidth
-takes 0.9 ms (README, "On one H100"): much of the rest is CPU work, per tensor, before the one
+takes 0.9 ms (an earlier kernel, 2026-11-23): much of the rest is CPU work, per tensor, before the one
 Triton launch. That work is Python and does not depend on the GPU, so this script times it on a
 CPU: the CUDA branch of ``MomentumOnlyOptimizer._step_fused`` runs for real on CPU tensors, with
 the Triton launch replaced by a no-op (the launch itself is not included). Tensor sizes do not
