@@ -80,6 +80,7 @@ RBAR = (
     ((7226496, 2048, 600, REFERENCE_BETAS), "results/analysis/noise_scale_bpe.csv", "adamw/learning_rate=1.5e-3_seed=1"),
     ((7226496, 2048, 2400, REFERENCE_BETAS), "results/analysis/noise_scale_bpe_long.csv",
      "adamw_lr/learning_rate=2.1e-3_embedding_lr_scale=20_seed=1"),
+    ((123689472, 32768, 600, REFERENCE_BETAS), "results/gpu/rbar/noise_scale.csv", "rbar/learning_rate=6e-4_seed=1"),
     *(((820352, 2048, 300, (0.9, b)), f"results/analysis/noise_scale_beta2/beta2={b}/noise_scale.csv",
        "probe/learning_rate=4e-3_seed=1") for b in (0.5, 0.8, 0.9, 0.98, 0.99, 0.999)),
     *(((3213568, 2048, 600, (0.9, b)), f"results/analysis/noise_scale_beta2_3m/beta2={b}/noise_scale.csv",
