@@ -4,9 +4,10 @@
     python -m scripts.tune_triton --dtypes bfloat16 --block-bytes 8192 16384 --json tune.json
 
 optim/_triton_fused.py's SETTINGS give each program, per element size, a number of bytes of each of
-p, g and m and a number of elements a thread (so bytes / itemsize / 32 / elements warps). This times every combination whose warp count Triton accepts (1-32),
-each against torch's fused AdamW as scripts/bench_optim.py does, and prints them fastest first, so
-the constants can be set from a measurement instead of a guess.
+p, g and m and a number of elements a thread (so bytes / itemsize / 32 / elements warps). This
+times every combination whose warp count Triton accepts (1-32), each against torch's fused AdamW
+as scripts/bench_optim.py does, and prints them fastest first, so that SETTINGS is set from a
+measurement instead of a guess (results/gpu/tune_triton.json: one H200).
 """
 
 from __future__ import annotations
