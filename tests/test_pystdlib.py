@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from data.pystdlib.prepare import prepare
+from data.pystdlib.prepare import encoded, prepare, source_files
 from tests.test_openwebtext import gpt2_or_skip, tiny_encoding
 from tokens import read_tokens
 
@@ -31,6 +31,13 @@ def test_bytes_are_the_files_concatenated(tmp_path):
         assert bytes(np.asarray(tokens, dtype=np.uint8)) == "".join(texts).encode()
 
 
+def test_threads_encode_every_file_once_in_order(tmp_path):
+    fake_stdlib(tmp_path / "lib")
+    files = source_files(tmp_path / "lib")
+    expected = [p.read_bytes()[::-1] for p in files]  # 21 files: chunks of 3 x 2, the last one short
+    assert list(encoded(files, lambda raw: raw[::-1], workers=3, chunk=2)) == expected
+
+
 def split_documents(path, eot):
     tokens, _ = read_tokens(path)
     ends = np.flatnonzero(np.asarray(tokens) == eot)
@@ -41,6 +48,9 @@ def split_documents(path, eot):
 def check_bpe(tmp_path, enc, spec):
     train, val = fake_stdlib(tmp_path / "lib")
     counts = prepare(tmp_path / "out", tmp_path / "lib", quiet=True, tokenizer=spec)
+    assert prepare(tmp_path / "one", tmp_path / "lib", quiet=True, tokenizer=spec, workers=1) == counts
+    for name in ("train.bin", "val.bin"):  # threads change nothing in the output
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "out" / name).read_bytes()
     for split, texts in (("train", train), ("val", val)):
         docs = split_documents(tmp_path / "out" / f"{split}.bin", enc.eot_token)
         assert [enc.decode(d[:-1]) for d in docs] == texts  # file by file, in order, nothing else
