@@ -16,7 +16,7 @@
 # reachable: TIKTOKEN_CACHE_DIR (e.g. a copy of ../shared/tiktoken_cache carried along). Other settings:
 #   LR_OUT=lr_emb LR_POINTS="adams:1.5e-4" LR_EXTRA="--grid embedding_lr_scale=2,4" bash scripts/gpu_checks.sh lr
 # LR_CORPUS=site tokenizes every Python file in the site-packages folder that holds torch instead of
-# torch's alone (87.8M training tokens on the CPU venv against 20M), into data/sitesrc_gpt2,
+# torch's alone (87.5M training tokens on the CPU venv, 134.5M on the GPU image, against 20M), into data/sitesrc_gpt2,
 # for runs that would otherwise see torch's 20M tokens many times (the 491,520-token batch):
 #   LR_CORPUS=site LR_OUT=lr_200_491k LR_EXTRA="--set gradient_accumulation_steps=15 --set max_iters=200 --set lr_decay_iters=200 --set warmup_iters=20 --set eval_interval=50" bash scripts/gpu_checks.sh lr
 # (the plan for the next GPU session, with why: results/README.md, "Next on a GPU")
