@@ -15,7 +15,7 @@ one embedding_lr_scale: a grid at two embedding multiples is two grids, and is r
 Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT.csv and OUT.md (best lr per
 optimizer and the ratio, per size, batch and run length) and OUT.png (loss against lr; the ratio
 against whichever of model size, batch and run length vary, and against B/B_noise when --noise gives
-noise_scale.py's CSV).
+noise_scale.py's CSV; hollow where either optimum sits at its grid's edge, so the ratio there is not measured).
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ def table(points: list[dict]) -> list[dict]:
             row["ratio_grid"] = row["adams_best_lr"] / row["adamw_best_lr"]
             fitted = row["adams_fitted_lr"], row["adamw_fitted_lr"]
             row["ratio_fitted"] = fitted[0] / fitted[1] if None not in fitted else None
+            row["ratio_bracketed"] = row["adams_bracketed"] and row["adamw_bracketed"]  # else not measured
         rows.append(row)
     return rows
 
@@ -249,13 +250,16 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
         for other, mine in lines.items():
             mine.sort(key=lambda r: r[key])
             label = name(other, skip=(along,)) or "ratio"
-            ax.plot([r[key] for r in mine], [r["ratio_grid"] for r in mine], "o-", label=f"{label}, grid")
+            line, = ax.plot([r[key] for r in mine], [r["ratio_grid"] for r in mine], "-", label=f"{label}, grid")
+            for r in mine:  # hollow where an optimum sits at its grid's edge: the ratio there is not measured
+                ax.plot(r[key], r["ratio_grid"], "o", color=line.get_color(),
+                        mfc=line.get_color() if r["ratio_bracketed"] else "none")
             fitted = [r for r in mine if r.get("ratio_fitted")]
             if fitted:
                 ax.plot([r[key] for r in fitted], [r["ratio_fitted"] for r in fitted], "x:", label=f"{label}, fit")
         ax.axhline(1, color="gray", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=labels[key], ylabel="best lr(AdamS) / best lr(AdamW)",
-               title="does AdamW's lr carry over? (1 = yes)")
+               title="does AdamW's lr carry over? (1 = yes)\nhollow: an optimum at its grid's edge")
         ax.set_yticks([0.1, 0.2, 0.3, 0.5, 1.0], ["0.1", "0.2", "0.3", "0.5", "1"])
         ax.set_yticks([], minor=True)
         ticks = sorted({r[key] for r in rows if key in r})

@@ -355,6 +355,7 @@ def test_lr_transfer_finds_each_optimizers_best_lr_and_the_ratio(tmp_path):
     assert first["ratio_grid"] == pytest.approx(0.25) and first["ratio_fitted"] == pytest.approx(0.25)
     assert first["adamw_best_loss"] == pytest.approx(2.015) and first["adamw_best_std"] == pytest.approx(0.01 / 2**0.5)
     assert second["adams_best_lr"] == 5e-4 and not second["adams_bracketed"] and second["ratio_fitted"] is None
+    assert first["ratio_bracketed"] and not second["ratio_bracketed"]  # drawn filled and hollow
     assert "edge of grid" in (tmp_path / "t.md").read_text()
     assert (tmp_path / "t.png").exists() and (tmp_path / "t_points.csv").exists()
 
