@@ -501,10 +501,12 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_rati
     # reaches 2.03 + 0.01 at 2e-3 x 2^0.99, i.e. AdamW's best x 2^-0.01; over R-bar 4 and AdamS's best (1/4 of
     # AdamW's) that is 2^-0.01 = 0.993
     assert rows[0]["edge"] == pytest.approx(2 ** -0.01)
-    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 4.00 | 1.00 | 0.99 | +0.085 ± 0.016 | 0.49 " \
+    assert rows[0]["ratio_wide"] == pytest.approx(0.25) and rows[1]["ratio_wide"] == pytest.approx(0.125)  # exact parabolas
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 0.25 | 4.00 | 1.00 | 0.99 | +0.085 ± 0.016 | 0.49 " \
         "| 1.97 | +1.064 | 2, 2 |" in out
-    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | — | — | — | +0.085 ± 0.016 " \
-        "| 0.35 | 2.80 | +2.54" in out  # 2.5425: which way the last digit rounds is up to the float
+    # 0.125 and 2.5425: which way the last digit rounds is up to the float
+    assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | 0.1" in out
+    assert "| — | — | — | +0.085 ± 0.016 | 0.35 | 2.80 | +2.54" in out
     assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
         lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),), rbar=rbar)
@@ -557,7 +559,29 @@ def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, 
     (tmp_path / "results/analysis").mkdir()
     rows = lr_ratio.main([], root=tmp_path, scans=(("results/t.csv", "batch", "bytes"),), rbar=())
     assert rows[0]["carry"] == (">", pytest.approx(0.5), pytest.approx(3.0 - 2.0))
-    assert "| 0.25 | 0.25 | — | — | — | -1.000 ± 0.000 | > 0.50 | > 2.00 | — | 1, 1 |" in capsys.readouterr().out
+    assert "| 0.25 | 0.25 | 0.25 | — | — | — | -1.000 ± 0.000 | > 0.50 | > 2.00 | — | 1, 1 |" in capsys.readouterr().out
+
+
+def test_lr_ratio_wide_fit_is_least_squares_over_up_to_five_points(lr_ratio):
+    wide_fit = lr_ratio.wide_fit
+    lrs = [math.exp(x) for x in range(7)]  # log lr = 0 .. 6
+    # an exact parabola in log lr is recovered from any window, whatever its points' order
+    assert wide_fit([(lr, (math.log(lr) - 2.6) ** 2) for lr in reversed(lrs)]) == pytest.approx(math.exp(2.6))
+    # |log lr - 3|, symmetric about 3 in the five points 1..5 around the best: the fit's vertex is 3 by symmetry,
+    # and the points at 0 and 6 (outside the window) are ignored even where they would tilt it
+    curve = [(lr, abs(math.log(lr) - 3)) for lr in lrs]
+    curve[0] = (lrs[0], 100.0)
+    assert wide_fit(curve) == pytest.approx(math.exp(3))
+    # four points in reach, 1 0 0 1 at log lr 0..3 (best at 1, the first of the tie): symmetric about 1.5
+    assert wide_fit([(lrs[i], y) for i, y in enumerate((1.0, 0.0, 0.0, 1.0))]) == pytest.approx(math.exp(1.5))
+    # the steeper side pulls the vertex away from it: 1 before, 4 after the minimum at log lr 2 (the
+    # normal equations by hand: b = 27/10 over centred log lr, a = 35/14, vertex 2 - 2.7/5)
+    assert wide_fit([(lrs[i], y) for i, y in enumerate((4.0, 1.0, 0.0, 4.0, 16.0))]) == pytest.approx(math.exp(2 - 0.54))
+    # no fit: the best at the grid's edge, three points only (the three-point parabola's job), a diverged point
+    # that leaves three
+    assert wide_fit([(lrs[i], y) for i, y in enumerate((0.0, 1.0, 2.0, 3.0))]) is None
+    assert wide_fit([(lrs[i], y) for i, y in enumerate((1.0, 0.0, 1.0))]) is None
+    assert wide_fit([(lrs[i], y) for i, y in enumerate((1.0, 0.0, 1.0, math.inf))]) is None
 
 
 def write_noise_csv(path, tensor_ratios, run="a"):

@@ -7,7 +7,9 @@ length, width, architecture (Llama), vocabulary, AdamS's β2, GPT-2 Small on one
 optimizers' lr grids were scanned, prints and plots
 
 - AdamS's best peak lr over AdamW's best (parabola fits where both optima are bracketed, else the
-  grid's best points): 1 is the paper's "same hyperparameters";
+  grid's best points): 1 is the paper's "same hyperparameters"; beside it the same ratio from a
+  least-squares quadratic over up to five grid points around each best (wide_fit), a check on how
+  much the three-point parabola's choice of points moves it;
 - the README's lr rule beside it, 1/R̄: AdamW's best lr / R̄ is where the rule puts AdamS's, with R̄
   the step-length ratio that scripts/noise_scale.py measured along the AdamW run at that setting's
   best grid lr (RBAR below names the run; no R̄ where none was measured);
@@ -159,6 +161,24 @@ def carry_over(adamw: list[tuple[float, float]], adams: list[tuple[float, float]
     return kind, math.exp(x), read(curves[0], x)
 
 
+def wide_fit(curve: list[tuple[float, float]], half: int = 2) -> float | None:
+    """The best lr by a least-squares quadratic in log lr over the best grid point and up to `half`
+    neighbours on each side, a check on the three-point parabola that lr_transfer fits through the best
+    point and its two neighbours alone. None where the best point is at the grid's edge, where fewer
+    than four points are in reach (the fit would be that parabola again), or where the quadratic has
+    no minimum inside the points it was fitted to. Diverged (non-finite) points are left out."""
+    import numpy as np
+
+    c = sorted((math.log(lr), y) for lr, y in curve if math.isfinite(y))
+    i = min(range(len(c)), key=lambda j: c[j][1])
+    window = c[max(0, i - half):i + half + 1]
+    if i in (0, len(c) - 1) or len(window) < 4:
+        return None
+    a, b, _ = np.polyfit([x for x, _ in window], [y for _, y in window], 2)
+    vertex = -b / (2 * a) if a > 0 else math.inf
+    return math.exp(vertex) if window[0][0] <= vertex <= window[-1][0] else None
+
+
 def grid_curves(path: Path) -> dict[tuple, list[tuple[float, float]]]:
     """lr_transfer's OUT_points.csv beside OUT.csv: (params, tokens/step, steps, optimizer, betas) -> [(lr, mean)]."""
     points = path.with_name(path.stem + "_points.csv")
@@ -199,11 +219,13 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
             both_fitted = all(number(x[f"{o}_fitted_lr"]) for x, o in ((r, "adams"), (adamw, "adamw")))
             setting = r["params"], r["batch_tokens"], r["steps"]
             adamw_curve = curves[(*setting, "adamw", REFERENCE_BETAS)]
+            wide = wide_fit(curves[(*setting, "adams", betas)]), wide_fit(adamw_curve)
             crossing = carry_over(adamw_curve, curves[(*setting, "adams", betas)])
             out.append(dict(
                 varied=varied, text=text, params=int(r["params"]), batch_tokens=int(r["batch_tokens"]),
                 steps=int(r["steps"]), betas=betas, ratio=optimum(r, "adams") / optimum(adamw, "adamw"), fitted=both_fitted,
                 ratio_grid=float(r["adams_best_lr"]) / float(adamw["adamw_best_lr"]),
+                ratio_wide=wide[0] / wide[1] if None not in wide else math.nan,
                 gap=float(r["adams_best_loss"]) - float(adamw["adamw_best_loss"]),
                 gap_std=math.hypot(float(r["adams_best_std"]), float(adamw["adamw_best_std"])),
                 carry=crossing and (crossing[0], crossing[1] / optimum(adamw, "adamw"),
@@ -229,10 +251,10 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
                         help="nats: AdamW's loss this close to its best counts as level with it (default 0.01)")
     args = parser.parse_args(argv)
     rows = settings(root, scans, rbar, args.within)
-    print(f"| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | R̄ | rule ÷ AdamS best | rule from AdamW's "
+    print(f"| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | (fit over ≤ 5 points) | R̄ | rule ÷ AdamS best | rule from AdamW's "
           f"lowest lr within {args.within:g} of its best, ÷ AdamS best | AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | (÷ AdamS best) | both's loss there "
           "− AdamW's best | seeds (AdamW, AdamS) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in rows:
         fit = "" if s["fitted"] else " (grid)"
         rule = (f"{s['rbar']:.2f} | {1 / (s['rbar'] * s['ratio']):.2f} | {s['edge'] / (s['rbar'] * s['ratio']):.2f}"
@@ -241,7 +263,8 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
         mine = at / s["ratio"]  # the same lr over AdamS's own best
         carry = ("— | — | —" if not kind else f"{at:.2f} | {mine:.2f} | {cost:+.3f}" if kind == "="
                  else f"{kind} {at:.2f} | {kind} {mine:.2f} | —")
-        print(f"| {s['varied']} | {label(s)} | {s['ratio']:.2f}{fit} | {s['ratio_grid']:.2f} | {rule} | "
+        wide = f"{s['ratio_wide']:.2f}" if math.isfinite(s["ratio_wide"]) else "—"
+        print(f"| {s['varied']} | {label(s)} | {s['ratio']:.2f}{fit} | {s['ratio_grid']:.2f} | {wide} | {rule} | "
               f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {carry} | {s['seeds'][0]}, {s['seeds'][1]} |")
     plot(rows, out_file(root / args.out, ".png"), args.within)
     return rows
@@ -263,6 +286,7 @@ def plot(rows: list[dict], path: Path, within: float) -> None:
         c = colors[s["varied"]]
         left.plot(s["ratio"], yi, "o" if s["fitted"] else "s", color=c, mfc=c if s["fitted"] else "white", ms=7)
         left.plot(s["ratio_grid"], yi, "|", color=c, ms=10)
+        left.plot(s["ratio_wide"], yi, "*", color=c, ms=6)  # NaN where there is no wide fit: not drawn
         if math.isfinite(s["rbar"]):
             left.plot(1 / s["rbar"], yi, "x", color="black", ms=6)
             left.plot(s["edge"] / s["rbar"], yi, "+", color="black", ms=8)
@@ -274,7 +298,7 @@ def plot(rows: list[dict], path: Path, within: float) -> None:
     left.set_ylim(-1, len(rows))  # keeps the paper's note (next line) inside: autoscaling ignores text
     left.text(0.97, len(rows) - 0.4, "the paper:\nAdamW's lr", ha="right", va="top", fontsize=8)
     left.set(xscale="log", xlim=(0.08, 1.3), xlabel="peak lr ÷ AdamW's best",
-             title="lr ÷ AdamW's best: AdamS's best (● fit, ○ no fit, | grid),\n"
+             title="lr ÷ AdamW's best: AdamS's best (● fit, ○ no fit, | grid, * fit over ≤ 5 points),\n"
                    "× the rule 1/R̄, + the rule from the low edge of AdamW's optimum,\n"
                    "◇ AdamW's lr carries over up to here (◁ ▷ a bound)")
     ticks = (0.1, 0.125, 0.25, 0.5, 1)
