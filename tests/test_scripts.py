@@ -560,6 +560,11 @@ def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, 
     rows = lr_ratio.main([], root=tmp_path, scans=(("results/t.csv", "batch", "bytes"),), rbar=())
     assert rows[0]["carry"] == (">", pytest.approx(0.5), pytest.approx(3.0 - 2.0))
     assert "| 0.25 | 0.25 | 0.25 | — | — | — | -1.000 ± 0.000 | > 0.50 | > 2.00 | — | 1, 1 |" in capsys.readouterr().out
+    # the same table named on the command line instead of in SCANS: the scan is named for the file
+    rows = lr_ratio.main(["--tables", str(tmp_path / "results/t.csv"), "--out", str(tmp_path / "named")], rbar=())
+    assert [(r["varied"], r["ratio"]) for r in rows] == [("t", pytest.approx(0.25))]
+    assert "| t | 0.001M, 10 steps × 2,048 tok | 0.25 |" in capsys.readouterr().out
+    assert (tmp_path / "named.png").is_file()
 
 
 def test_lr_ratio_wide_fit_is_least_squares_over_up_to_five_points(lr_ratio):

@@ -1,6 +1,7 @@
 """Does AdamW's learning rate carry over to AdamS? Every lr scan in results/, in one figure.
 
     python results/analysis/lr_ratio.py          # --out results/analysis/lr_ratio
+    python results/analysis/lr_ratio.py --tables results/lr_transfer_tiny.csv --out results/analysis/lr_ratio_tiny
 
 Reads the tables that scripts/lr_transfer.py wrote for each scan (SCANS below: batch size, run
 length, width, architecture (Llama), vocabulary, AdamS's β2, GPT-2 Small on one H100) and, for every setting where both
@@ -241,7 +242,8 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
 def label(s: dict) -> str:
     size = f"{s['params'] / 1e6:.3g}M"
     beta2 = "" if s["betas"] == REFERENCE_BETAS else f", AdamS β {s['betas'][0]:g}, {s['betas'][1]:g}"
-    return f"{size}, {s['text']}, {s['steps']:,} steps × {s['batch_tokens']:,} tok{beta2}"
+    text = f"{s['text']}, " if s["text"] else ""
+    return f"{size}, {text}{s['steps']:,} steps × {s['batch_tokens']:,} tok{beta2}"
 
 
 def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
@@ -249,7 +251,11 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
     parser.add_argument("--out", default="results/analysis/lr_ratio", help="the figure, as OUT.png")
     parser.add_argument("--within", type=float, default=0.01,
                         help="nats: AdamW's loss this close to its best counts as level with it (default 0.01)")
+    parser.add_argument("--tables", nargs="+", metavar="CSV",
+                        help="other lr_transfer tables (each with its _points.csv) instead of the scans listed in SCANS")
     args = parser.parse_args(argv)
+    if args.tables:
+        scans = tuple((str(Path(table).resolve()), Path(table).stem, "") for table in args.tables)
     rows = settings(root, scans, rbar, args.within)
     print(f"| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | (fit over ≤ 5 points) | R̄ | rule ÷ AdamS best | rule from AdamW's "
           f"lowest lr within {args.within:g} of its best, ÷ AdamS best | AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | (÷ AdamS best) | both's loss there "
