@@ -565,6 +565,10 @@ def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, 
     assert [(r["varied"], r["ratio"]) for r in rows] == [("t", pytest.approx(0.25))]
     assert "| t | 0.001M, 10 steps × 2,048 tok | 0.25 |" in capsys.readouterr().out
     assert (tmp_path / "named.png").is_file()
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match="other.csv is not a table scripts/lr_transfer.py wrote"):
+        lr_ratio.main(["--tables", str(tmp_path / "other.csv"), "--out", str(tmp_path / "nothing")], rbar=())
+    assert not (tmp_path / "nothing.png").exists()
 
 
 def test_lr_ratio_wide_fit_is_least_squares_over_up_to_five_points(lr_ratio):

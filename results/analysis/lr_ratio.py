@@ -203,6 +203,9 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
             raise SystemExit(f"{table} does not exist; run the lr_transfer command beside it in results/README.md")
         with open(path) as f:
             rows = list(csv.DictReader(f))
+        if rows and not {"params", "batch_tokens", "steps"} <= rows[0].keys():
+            raise SystemExit(f"{table} is not a table scripts/lr_transfer.py wrote (no params, batch_tokens and steps "
+                             "columns); pass the OUT.csv of an lr_transfer run")
         curves = grid_curves(path)
         references = [r for r in rows if number(r.get("adamw_best_lr")) and betas_of(r) == REFERENCE_BETAS]
         for r in rows:
