@@ -4,8 +4,9 @@
     python results/analysis/lr_ratio.py --tables results/lr_transfer_tiny.csv --out results/analysis/lr_ratio_tiny
 
 Reads the tables that scripts/lr_transfer.py wrote for each scan (SCANS below: batch size, run
-length, width, architecture (Llama), vocabulary, AdamS's β2, GPT-2 Small on one H100) and, for every setting where both
-optimizers' lr grids were scanned, prints and plots
+length (also on a 33K-parameter model, 25-1,600 tokens per parameter), width, architecture (Llama),
+vocabulary, AdamS's β2, GPT-2 Small on one H100 or H200 at 32,768 and 491,520 tokens per step) and,
+for every setting where both optimizers' lr grids were scanned, prints and plots
 
 - AdamS's best peak lr over AdamW's best (parabola fits where both optima are bracketed, else the
   grid's best points): 1 is the paper's "same hyperparameters"; beside it the same ratio from a
@@ -55,6 +56,7 @@ REFERENCE_BETAS = (0.9, 0.95)
 SCANS = (
     ("results/lr_transfer.csv", "batch", "bytes"),
     ("results/lr_transfer_steps.csv", "run length", "bytes"),
+    ("results/lr_transfer_tiny.csv", "run length", "bytes"),
     ("results/lr_transfer_size.csv", "width", "bytes"),
     ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_8k.csv", "architecture", "bytes, Llama"),
@@ -63,7 +65,8 @@ SCANS = (
     ("results/beta2_lr_3m.csv", "AdamS's β2", "bytes"),
     ("results/lr_transfer_bpe.csv", "vocabulary", "GPT-2 tokens, embedding lr ×1"),
     ("results/lr_transfer_bpe_long.csv", "vocabulary", "GPT-2 tokens, embedding lr ×20"),
-    ("results/gpu/lr_small.csv", "GPT-2 Small, one H100", "Python source in GPT-2 tokens"),
+    ("results/gpu/lr_small.csv", "GPT-2 Small, one GPU", "Python source in GPT-2 tokens"),
+    ("results/gpu/lr_200_transfer.csv", "GPT-2 Small, one GPU", "Python source in GPT-2 tokens"),
 )
 
 # (params, tokens/step, steps, AdamS's betas): noise_scale's CSV and the AdamW run in it at that setting's
