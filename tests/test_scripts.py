@@ -503,11 +503,16 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_rati
     assert rows[0]["edge"] == pytest.approx(2 ** -0.01)
     assert rows[0]["ratio_wide"] == pytest.approx(0.25) and rows[1]["ratio_wide"] == pytest.approx(0.125)  # exact parabolas
     assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 0.25 | 0.25 | 4.00 | 1.00 | 0.99 | +0.085 ± 0.016 | 0.49 " \
-        "| 1.97 | +1.064 | 2, 2 |" in out
+        "| 1.97 | +1.064 | +4.085 | 2, 2 |" in out
     # 0.125 and 2.5425: which way the last digit rounds is up to the float
     assert "| AdamS's β2 | 0.001M, bytes, 10 steps × 2,048 tok, AdamS β 0.9, 0.99 | 0.12 | 0.12 | 0.1" in out
     assert "| — | — | — | +0.085 ± 0.016 | 0.35 | 2.80 | +2.54" in out
+    # AdamS at AdamW's best grid lr (4e-3), two octaves above AdamS's best at beta2 0.95 and three at 0.99:
+    # 4 + 2.115 and 9 + 2.115 (AdamS's seed means), against AdamW's 2.03 there
+    assert rows[0]["same_lr"] == pytest.approx(4.085) and rows[1]["same_lr"] == pytest.approx(9.085)
+    assert "| +9.085 | 2, 2 |" in out
     assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
+    assert (tmp_path / "results/analysis/lr_ratio_tokens.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
         lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),), rbar=rbar)
     with pytest.raises(SystemExit, match="noise_other.csv has no run 'w'"):
@@ -559,7 +564,9 @@ def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, 
     (tmp_path / "results/analysis").mkdir()
     rows = lr_ratio.main([], root=tmp_path, scans=(("results/t.csv", "batch", "bytes"),), rbar=())
     assert rows[0]["carry"] == (">", pytest.approx(0.5), pytest.approx(3.0 - 2.0))
-    assert "| 0.25 | 0.25 | 0.25 | — | — | — | -1.000 ± 0.000 | > 0.50 | > 2.00 | — | 1, 1 |" in capsys.readouterr().out
+    # AdamS's grid stops at 2e-3, below AdamW's best 4e-3: what AdamW's lr costs AdamS is not measured
+    assert math.isnan(rows[0]["same_lr"])
+    assert "| 0.25 | 0.25 | 0.25 | — | — | — | -1.000 ± 0.000 | > 0.50 | > 2.00 | — | — | 1, 1 |" in capsys.readouterr().out
     # the same table named on the command line instead of in SCANS: the scan is named for the file
     rows = lr_ratio.main(["--tables", str(tmp_path / "results/t.csv"), "--out", str(tmp_path / "named")], rbar=())
     assert [(r["varied"], r["ratio"]) for r in rows] == [("t", pytest.approx(0.25))]
@@ -569,6 +576,17 @@ def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, 
     with pytest.raises(SystemExit, match="other.csv is not a table scripts/lr_transfer.py wrote"):
         lr_ratio.main(["--tables", str(tmp_path / "other.csv"), "--out", str(tmp_path / "nothing")], rbar=())
     assert not (tmp_path / "nothing.png").exists()
+
+
+def test_lr_ratio_at_adamw_best_reads_adams_in_log_lr(lr_ratio):
+    at_adamw_best = lr_ratio.at_adamw_best
+    adamw = [(1e-3, 2.5), (4e-3, 2.0), (1.6e-2, math.nan), (8e-3, 2.2)]  # best 4e-3; a diverged point left out
+    # AdamS from 2.0 at 2e-3 to 3.0 at 8e-3: at 4e-3, halfway in log lr, 2.5, against AdamW's 2.0
+    assert at_adamw_best(adamw, [(8e-3, 3.0), (2e-3, 2.0)]) == pytest.approx(0.5)
+    assert at_adamw_best(adamw, [(4e-3, 1.9), (8e-3, math.inf)]) == pytest.approx(-0.1)  # a grid point itself
+    # AdamS's grid ends below 4e-3 once its diverged point is left out: not measured
+    assert math.isnan(at_adamw_best(adamw, [(1e-3, 2.0), (2e-3, 2.1), (4e-3, math.inf)]))
+    assert math.isnan(at_adamw_best(adamw, [(8e-3, 2.0), (1.6e-2, 2.1)]))
 
 
 def test_lr_ratio_wide_fit_is_least_squares_over_up_to_five_points(lr_ratio):

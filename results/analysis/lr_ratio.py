@@ -4,7 +4,7 @@
     python results/analysis/lr_ratio.py --tables results/lr_transfer_tiny.csv --out results/analysis/lr_ratio_tiny
 
 Reads the tables that scripts/lr_transfer.py wrote for each scan (SCANS below: batch size, run
-length (also on a 33K-parameter model, 25-1,600 tokens per parameter), width, architecture (Llama),
+length (also on models of 33K and 115K parameters, 25-1,600 tokens per parameter), width, architecture (Llama),
 vocabulary, AdamS's β2, GPT-2 Small on one H100 or H200 at 32,768 and 491,520 tokens per step) and,
 for every setting where both optimizers' lr grids were scanned, prints and plots
 
@@ -29,7 +29,13 @@ for every setting where both optimizers' lr grids were scanned, prints and plots
   how far from tuned AdamW the lrs are at which the two optimizers are interchangeable. Where the
   two curves do not cross inside the shared range, only a bound is known: "< x" (AdamS behind at
   every shared lr) or "> x" (ahead at the highest). The crossing reads the grid means of
-  lr_transfer's OUT_points.csv, seeds as they come.
+  lr_transfer's OUT_points.csv, seeds as they come;
+- what the paper's "same hyperparameters" cost: AdamS's mean loss at AdamW's best grid lr (linear in
+  log lr between AdamS's grid points; none where AdamS's grid does not reach it) minus AdamW's there.
+
+A second figure, OUT_tokens.png, puts the settings at the paper's β against tokens per parameter
+(tokens per step × steps ÷ parameters): AdamS's best lr over AdamW's, what AdamW's best lr costs
+AdamS, and AdamS's gap at its own best.
 
 A setting that was scanned by more than one table (the 600-step 0.82M grid is both a run length and
 a width) is shown once. AdamS rows at another β2 than AdamW's reuse the same table's AdamW grid at
@@ -87,6 +93,8 @@ RBAR = (
     ((7226496, 2048, 2400, REFERENCE_BETAS), "results/analysis/noise_scale_bpe_long.csv",
      "adamw_lr/learning_rate=2.1e-3_embedding_lr_scale=20_seed=1"),
     ((123689472, 32768, 600, REFERENCE_BETAS), "results/gpu/rbar/noise_scale.csv", "rbar/learning_rate=6e-4_seed=1"),
+    *(((32928, 2048, steps, REFERENCE_BETAS), "results/analysis/noise_scale_tiny.csv", f"tiny_{steps}/learning_rate=8e-3_seed=1")
+      for steps in (6400, 25600)),
     *(((820352, 2048, 300, (0.9, b)), f"results/analysis/noise_scale_beta2/beta2={b}/noise_scale.csv",
        "probe/learning_rate=4e-3_seed=1") for b in (0.5, 0.8, 0.9, 0.98, 0.99, 0.999)),
     *(((3213568, 2048, 600, (0.9, b)), f"results/analysis/noise_scale_beta2_3m/beta2={b}/noise_scale.csv",
@@ -165,6 +173,17 @@ def carry_over(adamw: list[tuple[float, float]], adams: list[tuple[float, float]
     return kind, math.exp(x), read(curves[0], x)
 
 
+def at_adamw_best(adamw: list[tuple[float, float]], adams: list[tuple[float, float]]) -> float:
+    """AdamS's loss at AdamW's best grid lr minus AdamW's loss there, from two grids of (lr, mean loss):
+    AdamS's curve linear in log lr between its points, NaN where its grid does not reach that lr.
+    Diverged (non-finite) points are left out of both."""
+    lr, best = min(((lr, y) for lr, y in adamw if math.isfinite(y)), key=lambda p: p[1])
+    mine = sorted((math.log(x), y) for x, y in adams if math.isfinite(y))
+    if not mine or not mine[0][0] <= math.log(lr) <= mine[-1][0]:
+        return math.nan
+    return (read(mine, math.log(lr)) if len(mine) > 1 else mine[0][1]) - best
+
+
 def wide_fit(curve: list[tuple[float, float]], half: int = 2) -> float | None:
     """The best lr by a least-squares quadratic in log lr over the best grid point and up to `half`
     neighbours on each side, a check on the three-point parabola that lr_transfer fits through the best
@@ -238,6 +257,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
                 carry=crossing and (crossing[0], crossing[1] / optimum(adamw, "adamw"),
                                     crossing[2] - float(adamw["adamw_best_loss"])),
                 edge=low_edge(adamw_curve, within) / optimum(adamw, "adamw"),
+                same_lr=at_adamw_best(adamw_curve, curves[(*setting, "adams", betas)]),
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))
     if not out:
@@ -265,8 +285,8 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
     rows = settings(root, scans, rbar, args.within)
     print(f"| scan | setting | AdamS best lr ÷ AdamW best lr | (grid) | (fit over ≤ 5 points) | R̄ | rule ÷ AdamS best | rule from AdamW's "
           f"lowest lr within {args.within:g} of its best, ÷ AdamS best | AdamS − AdamW at each's best lr | AdamW's lr carries over up to (÷ AdamW best) | (÷ AdamS best) | both's loss there "
-          "− AdamW's best | seeds (AdamW, AdamS) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "− AdamW's best | AdamS at AdamW's best grid lr − AdamW there | seeds (AdamW, AdamS) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in rows:
         fit = "" if s["fitted"] else " (grid)"
         rule = (f"{s['rbar']:.2f} | {1 / (s['rbar'] * s['ratio']):.2f} | {s['edge'] / (s['rbar'] * s['ratio']):.2f}"
@@ -276,9 +296,11 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
         carry = ("— | — | —" if not kind else f"{at:.2f} | {mine:.2f} | {cost:+.3f}" if kind == "="
                  else f"{kind} {at:.2f} | {kind} {mine:.2f} | —")
         wide = f"{s['ratio_wide']:.2f}" if math.isfinite(s["ratio_wide"]) else "—"
+        same = f"{s['same_lr']:+.3f}" if math.isfinite(s["same_lr"]) else "—"
         print(f"| {s['varied']} | {label(s)} | {s['ratio']:.2f}{fit} | {s['ratio_grid']:.2f} | {wide} | {rule} | "
-              f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {carry} | {s['seeds'][0]}, {s['seeds'][1]} |")
+              f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {carry} | {same} | {s['seeds'][0]}, {s['seeds'][1]} |")
     plot(rows, out_file(root / args.out, ".png"), args.within)
+    plot_tokens(rows, out_file(root / f"{args.out}_tokens", ".png"))
     return rows
 
 
@@ -336,6 +358,48 @@ def plot(rows: list[dict], path: Path, within: float) -> None:
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+def plot_tokens(rows: list[dict], path: Path) -> None:
+    """The settings at the paper's β against tokens per parameter: does a longer run bring AdamS to AdamW's lr?"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [s for s in rows if s["betas"] == REFERENCE_BETAS]
+    if not rows:
+        return
+    scans = list(dict.fromkeys(s["varied"] for s in rows))
+    colors = {v: f"C{i}" for i, v in enumerate(scans)}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharex=True)
+    for s in rows:
+        x, c = s["batch_tokens"] * s["steps"] / s["params"], colors[s["varied"]]
+        axes[0].plot(x, s["ratio"], "o" if s["fitted"] else "s", color=c, mfc=c if s["fitted"] else "white", ms=7)
+        axes[1].plot(x, s["same_lr"], "o", color=c, ms=7)  # NaN where AdamS's grid does not reach: not drawn
+        axes[2].errorbar(x, s["gap"], yerr=s["gap_std"] or None, fmt="o", color=c, capsize=3, ms=6)
+    axes[0].axhline(1, color="black", lw=1.2, ls="--")
+    axes[0].text(0.03, 0.97, "the paper: 1", transform=axes[0].transAxes, va="top", fontsize=8)
+    axes[0].set(yscale="log", ylim=(0.1, 1.3), ylabel="AdamS's best lr ÷ AdamW's",
+                title="AdamS's best lr ÷ AdamW's best\n(● both fitted, □ a grid point)")
+    ticks = (0.125, 0.25, 0.5, 1)
+    axes[0].set_yticks(ticks, [f"{t:g}" for t in ticks])
+    axes[0].set_yticks([], minor=True)
+    axes[1].set(ylabel="nats", title="AdamS at AdamW's best lr − AdamW there:\nwhat the paper's same lr costs")
+    axes[2].set(ylabel="nats", title="AdamS at its best lr − AdamW at its best\n(± seed std)")
+    for ax in axes:
+        ax.set(xscale="log", xlabel="tokens per parameter (tokens per step × steps ÷ parameters)")
+        ax.grid(alpha=0.3)
+    for ax in axes[1:]:
+        ax.axhline(0, color="black", lw=1.2, ls="--")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=colors[v], label=v) for v in scans]
+    fig.legend(handles=handles, title="what the scan varied", fontsize=8, loc="lower center", ncol=len(scans),
+               bbox_to_anchor=(0.5, -0.08))
+    fig.suptitle("every lr scan at the paper's β (0.9, 0.95), against how many tokens each parameter saw")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":
