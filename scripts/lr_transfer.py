@@ -2,6 +2,7 @@
 
     python -m scripts.lr_transfer results/runs/lr_batch/*/*/ --out results/lr_transfer
     python -m scripts.lr_transfer RUNS... --noise results/analysis/noise_scale.csv     # adds B / B_noise
+    python -m scripts.lr_transfer RUNS... --matched-seeds   # each grid on the seeds all its points share
 
 Reads each run's config.json and metrics.jsonl (runs that did not reach max_iters are left out),
 groups them by model size, tokens per step, number of steps, betas, optimizer and peak learning rate, and
@@ -11,6 +12,9 @@ log(lr) (only when the best point has a neighbour on each side, i.e. the optimum
 Then the ratio best-lr(AdamS) / best-lr(AdamW) per size, batch, run length and betas (an AdamS grid at
 betas no AdamW grid shares gets its best lr and no ratio). One optimizer's runs in one setting must share
 one embedding_lr_scale: a grid at two embedding multiples is two grids, and is refused rather than pooled.
+Seeds are pooled per grid point as given, so a second seed at one point alone moves that point against its
+one-seed neighbours by the seed-to-seed spread; --matched-seeds keeps, in each grid, only the seeds that
+every one of its points has (and says what it left out).
 
 Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT.csv and OUT.md (best lr per
 optimizer and the ratio, per size, batch and run length) and OUT.png (loss against lr; the ratio
@@ -63,12 +67,29 @@ def read_runs(dirs: list[Path]) -> list[dict]:
     return runs
 
 
+def grid_of(run: dict) -> tuple:
+    return run["params"], run["batch_tokens"], run["max_iters"], run["betas"], run["optimizer"]
+
+
+def matched_seeds(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Keep, in each grid, only the runs whose seed every lr point of that grid has; returns (kept, left out)."""
+    seeds_at: dict[tuple, dict[float, set]] = {}
+    for r in runs:
+        seeds_at.setdefault(grid_of(r), {}).setdefault(r["lr"], set()).add(r["seed"])
+    shared = {grid: set.intersection(*by_lr.values()) for grid, by_lr in seeds_at.items()}
+    for (params, batch, steps, _, opt), seeds in shared.items():
+        if not seeds:
+            raise SystemExit(f"the {opt} grid at {params:,} params, {batch:,} tokens/step, {steps:,} steps has no seed "
+                             "that every lr point ran; run one seed at every point, or leave out --matched-seeds")
+    kept = [r for r in runs if r["seed"] in shared[grid_of(r)]]
+    return kept, [r for r in runs if r["seed"] not in shared[grid_of(r)]]
+
+
 def grid_points(runs: list[dict]) -> list[dict]:
     """Mean ± std of the final validation loss for every (size, batch, steps, betas, optimizer, lr)."""
     scales: dict[tuple, set] = {}  # one optimizer's grid at two embedding multiples is two grids, not one
     for r in runs:
-        scales.setdefault((r["params"], r["batch_tokens"], r["max_iters"], r["betas"], r["optimizer"]), set()).add(
-            r["embedding_lr_scale"])
+        scales.setdefault(grid_of(r), set()).add(r["embedding_lr_scale"])
     for (*setting, opt), found in scales.items():
         if len(found) > 1:
             raise SystemExit(f"the {opt} runs at {setting[0]:,} params, {setting[1]:,} tokens/step, {setting[2]:,} steps "
@@ -76,7 +97,7 @@ def grid_points(runs: list[dict]) -> list[dict]:
                              "embedding multiple, so pass one multiple's runs per call")
     groups: dict[tuple, list[float]] = {}
     for r in runs:
-        key = r["params"], r["batch_tokens"], r["max_iters"], r["betas"], r["optimizer"], r["lr"]
+        key = *grid_of(r), r["lr"]
         groups.setdefault(key, []).append(r["val_loss"])
     points = []
     for (params, batch, steps, betas, opt, lr), losses in sorted(groups.items(),
@@ -175,12 +196,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
     parser.add_argument("--noise", type=Path, help="noise_scale.py's CSV, to place each batch against B_noise")
+    parser.add_argument("--matched-seeds", action="store_true",
+                        help="in each grid, use only the seeds that every one of its lr points has")
     parser.add_argument("--out", type=Path, default=Path("results/lr_transfer"))
     args = parser.parse_args(argv)
 
     runs = read_runs([d for d in args.runs if d.is_dir()])
     if not runs:
         raise SystemExit("none of the given folders holds a finished run (config.json + metrics.jsonl up to max_iters)")
+    if args.matched_seeds:
+        runs, left_out = matched_seeds(runs)
+        for r in left_out:
+            print(f"--matched-seeds: left out {r['run']} (seed {r['seed']} is not at every lr of its grid)")
     points = grid_points(runs)
     rows = table(points)
     noise = noise_by_batch(args.noise) if args.noise else {}

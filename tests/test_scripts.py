@@ -409,6 +409,24 @@ def test_lr_transfer_refuses_a_grid_at_two_embedding_multiples(tmp_path):
     assert [p["optimizer"] for p in points] == ["adams", "adamw"]
 
 
+def test_lr_transfer_matched_seeds_keeps_each_grid_on_its_shared_seeds(tmp_path):
+    # AdamW's loss is (log2(lr / 4e-3))^2 + 2 on seed 1 and 0.5 higher on seed 2, which ran at 4e-3 alone.
+    # Pooled, 4e-3 reads 2.25 against neighbours at 3 and the std is 0.354; matched, seed 2 is left out, the
+    # point reads 2.0 on one seed and the parabola through 2e-3, 4e-3, 8e-3 puts the optimum at 4e-3 exactly.
+    runs = [fake_run(tmp_path / f"w_{lr}_1", "adamw", lr, math.log2(lr / 4e-3) ** 2 + 2) for lr in (2e-3, 4e-3, 8e-3)]
+    runs.append(fake_run(tmp_path / "w_4e-3_2", "adamw", 4e-3, 2.5, seed=2))
+    points, _ = lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "pooled")])
+    assert [(p["n"], p["mean"]) for p in points] == [(1, 3.0), (2, 2.25), (1, 3.0)]
+    points, rows = lr_transfer.main([*map(str, runs), "--matched-seeds", "--out", str(tmp_path / "matched")])
+    assert [(p["n"], p["mean"]) for p in points] == [(1, 3.0), (1, 2.0), (1, 3.0)]
+    assert rows[0]["adamw_fitted_lr"] == pytest.approx(4e-3)
+    # a grid whose points share no seed at all is refused, naming it, and nothing is written
+    lone = fake_run(tmp_path / "s_1e-3_1", "adams", 1e-3, 2.0, seed=1), fake_run(tmp_path / "s_2e-3_2", "adams", 2e-3, 2.0, seed=2)
+    with pytest.raises(SystemExit, match="the adams grid at 1,000 params, 2,048 tokens/step, 10 steps has no seed"):
+        lr_transfer.main([*map(str, runs + list(lone)), "--matched-seeds", "--out", str(tmp_path / "none")])
+    assert not any(tmp_path.glob("none*"))
+
+
 def test_cuda_step_host_time_takes_the_triton_branch():
     # results/cpu/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
     # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
