@@ -267,7 +267,7 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
     ax.set(xscale="log", xlabel="peak learning rate", ylabel="final validation loss",
            title="AdamW (solid) and AdamS (dashed)")
     ax.xaxis.set_minor_formatter(NullFormatter())  # a grid within one decade labels its minor ticks, overlapping
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below: it would hide curves
     for ax, key in zip(axes[1:], axes_keys):
         along = "batch_tokens" if key == "b_over_b_noise" else key
         lines: dict[tuple, list[dict]] = {}  # one line per setting of the other keys
@@ -290,7 +290,11 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
         ax.set_yticks([0.1, 0.2, 0.3, 0.5, 1.0], ["0.1", "0.2", "0.3", "0.5", "1"])
         ax.set_yticks([], minor=True)
         ticks = sorted({r[key] for r in rows if key in r})
-        ax.set_xticks(ticks, [units[key](t).split()[0] if key in units else f"{t:.2g}" for t in ticks])
+        names = [units[key](t).split()[0] if key in units else f"{t:.2g}" for t in ticks]
+        for i in range(1, len(ticks)):  # a tick close to the one before it goes a line lower, or the two overlap
+            if ticks[i] / ticks[i - 1] < 1.5 and not names[i - 1].startswith("\n"):
+                names[i] = "\n" + names[i]
+        ax.set_xticks(ticks, names)
         ax.set_xticks([], minor=True)
         ax.legend(fontsize=7)
     fig.tight_layout()
