@@ -296,7 +296,8 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
                 names[i] = "\n" + names[i]
         ax.set_xticks(ticks, names)
         ax.set_xticks([], minor=True)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # no ratio where only one optimizer ran
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
