@@ -35,7 +35,8 @@ for every setting where both optimizers' lr grids were scanned, prints and plots
 
 A second figure, OUT_tokens.png, puts the settings at the paper's β against tokens per parameter
 (tokens per step × steps ÷ parameters): AdamS's best lr over AdamW's, what AdamW's best lr costs
-AdamS, and AdamS's gap at its own best.
+AdamS, and AdamS's gap at its own best; a line joins one model's runs of different lengths, named by
+its size at the longest.
 
 A setting that was scanned by more than one table (the 600-step 0.82M grid is both a run length and
 a width) is shown once. AdamS rows at another β2 than AdamW's reuse the same table's AdamW grid at
@@ -361,6 +362,23 @@ def plot(rows: list[dict], path: Path, within: float) -> None:
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
+def tokens_per_param(s: dict) -> float:
+    return s["batch_tokens"] * s["steps"] / s["params"]
+
+
+def lengths(rows: list[dict]) -> list[list[dict]]:
+    """One model trained for several lengths: the settings that differ only in steps, two or more, shortest first."""
+    groups: dict[tuple, list] = {}
+    for s in rows:
+        groups.setdefault((s["varied"], s["text"], s["params"], s["batch_tokens"], s["betas"]), []).append(s)
+    return [sorted(g, key=tokens_per_param) for g in groups.values() if len({s["steps"] for s in g}) > 1]
+
+
+def size(params: int) -> str:
+    """A model's size as the READMEs write it: 33K, 0.82M, 124M."""
+    return f"{params / 1e3:.0f}K" if params < 5e5 else f"{params / 1e6:.2g}M" if params < 1e7 else f"{params / 1e6:.0f}M"
+
+
 def plot_tokens(rows: list[dict], path: Path) -> None:
     """The settings at the paper's β against tokens per parameter: does a longer run bring AdamS to AdamW's lr?"""
     import matplotlib
@@ -374,8 +392,16 @@ def plot_tokens(rows: list[dict], path: Path) -> None:
     scans = list(dict.fromkeys(s["varied"] for s in rows))
     colors = {v: f"C{i}" for i, v in enumerate(scans)}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharex=True)
+    for group in lengths(rows):  # one model at several lengths: a thin line through its points, named at its end
+        c, x = colors[group[0]["varied"]], [tokens_per_param(s) for s in group]
+        for ax, key in zip(axes, ("ratio", "same_lr", "gap")):
+            points = [(xi, s[key]) for xi, s in zip(x, group) if math.isfinite(s[key])]
+            if points:
+                ax.plot(*zip(*points), "-", color=c, lw=0.9, alpha=0.6)
+                ax.annotate(size(group[0]["params"]), points[-1], xytext=(5, 0), textcoords="offset points",
+                            fontsize=7, color=c, va="center")
     for s in rows:
-        x, c = s["batch_tokens"] * s["steps"] / s["params"], colors[s["varied"]]
+        x, c = tokens_per_param(s), colors[s["varied"]]
         axes[0].plot(x, s["ratio"], "o" if s["fitted"] else "s", color=c, mfc=c if s["fitted"] else "white", ms=7)
         axes[1].plot(x, s["same_lr"], "o", color=c, ms=7)  # NaN where AdamS's grid does not reach: not drawn
         axes[2].errorbar(x, s["gap"], yerr=s["gap_std"] or None, fmt="o", color=c, capsize=3, ms=6)
