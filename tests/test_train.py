@@ -126,7 +126,8 @@ def cli_args(cfg: TrainConfig) -> list[str]:
     return [f"--{k}={v}" for k, v in vars(cfg).items()]
 
 
-@pytest.mark.parametrize("name", per_optimizer(OPTIMIZERS))
+# DDP hands every rank's optimizer the same averaged gradient, so one optimizer stands for all in CI
+@pytest.mark.parametrize("name", per_optimizer(OPTIMIZERS, representatives=("adams",)))
 def test_two_ddp_processes_match_one_process_with_twice_the_accumulation(name, data_dir, tmp_path):
     common = dict(max_iters=6, eval_interval=6, gradient_accumulation_steps=2, optimizer=name,
                   learning_rate=lr_for(name), min_lr=lr_for(name) / 10)
