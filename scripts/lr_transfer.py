@@ -296,8 +296,9 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
                 names[i] = "\n" + names[i]
         ax.set_xticks(ticks, names)
         ax.set_xticks([], minor=True)
-        if ax.get_legend_handles_labels()[0]:  # no ratio where only one optimizer ran
-            ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # no ratio where only one optimizer ran; below, as on the left
+            below = -0.32 if any(n.startswith("\n") for n in names) else -0.2  # under two-line ticks too
+            ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, below))
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
