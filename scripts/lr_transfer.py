@@ -63,7 +63,7 @@ def read_runs(dirs: list[Path]) -> list[dict]:
         runs.append(dict(params=derived["parameters"], batch_tokens=derived["tokens_per_iter"], optimizer=cfg["optimizer"],
                          lr=cfg["learning_rate"], seed=cfg["seed"], max_iters=cfg["max_iters"],
                          betas=(cfg.get("beta1"), cfg.get("beta2")), embedding_lr_scale=cfg.get("embedding_lr_scale", 1.0),
-                         val_loss=loss if math.isfinite(loss) else math.inf, run=str(d)))
+                         dataset=cfg.get("dataset"), val_loss=loss if math.isfinite(loss) else math.inf, run=str(d)))
     return runs
 
 
@@ -87,14 +87,17 @@ def matched_seeds(runs: list[dict]) -> tuple[list[dict], list[dict]]:
 
 def grid_points(runs: list[dict]) -> list[dict]:
     """Mean ± std of the final validation loss for every (size, batch, steps, betas, optimizer, lr)."""
-    scales: dict[tuple, set] = {}  # one optimizer's grid at two embedding multiples is two grids, not one
-    for r in runs:
-        scales.setdefault(grid_of(r), set()).add(r["embedding_lr_scale"])
-    for (*setting, opt), found in scales.items():
-        if len(found) > 1:
-            raise SystemExit(f"the {opt} runs at {setting[0]:,} params, {setting[1]:,} tokens/step, {setting[2]:,} steps "
-                             f"mix embedding_lr_scale {', '.join(f'{s:g}' for s in sorted(found))}; an lr grid needs one "
-                             "embedding multiple, so pass one multiple's runs per call")
+    # one optimizer's grid at two embedding multiples, or on two datasets, is two grids, not one
+    for key, what, fix in (("embedding_lr_scale", "embedding_lr_scale", "an lr grid needs one embedding multiple, so pass "
+                            "one multiple's runs per call"), ("dataset", "datasets", "their losses do not compare, so pass "
+                            "one dataset's runs per call")):
+        found_in: dict[tuple, set] = {}
+        for r in runs:
+            found_in.setdefault(grid_of(r), set()).add(r[key])
+        for (*setting, opt), found in found_in.items():
+            if len(found) > 1:
+                raise SystemExit(f"the {opt} runs at {setting[0]:,} params, {setting[1]:,} tokens/step, {setting[2]:,} steps "
+                                 f"mix {what} {', '.join(f'{s:g}' if isinstance(s, float) else str(s) for s in sorted(found, key=str))}; {fix}")
     groups: dict[tuple, list[float]] = {}
     for r in runs:
         key = *grid_of(r), r["lr"]

@@ -1,6 +1,7 @@
 """data.pystdlib.prepare: the embedded corpus as bytes, and the same files as BPE tokens."""
 
 import numpy as np
+import pytest
 
 from data.pystdlib.prepare import encoded, prepare, source_files
 from tests.test_openwebtext import gpt2_or_skip, tiny_encoding
@@ -29,6 +30,22 @@ def test_bytes_are_the_files_concatenated(tmp_path):
         tokens, vocab = read_tokens(tmp_path / "out" / f"{split}.bin")
         assert vocab == 256 and counts[split] == len(tokens)
         assert bytes(np.asarray(tokens, dtype=np.uint8)) == "".join(texts).encode()
+
+
+def test_train_every_keeps_every_nth_training_file_and_all_validation(tmp_path):
+    train, val = fake_stdlib(tmp_path / "lib")  # 20 training files, 1 validation file (the 20th)
+    counts = prepare(tmp_path / "out", tmp_path / "lib", quiet=True, train_every=4)
+    kept = [train[j] for j in (0, 4, 8, 12, 16)]  # the 20th training file is the 21st file: not kept
+    for split, texts in (("train", kept), ("val", val)):
+        tokens, _ = read_tokens(tmp_path / "out" / f"{split}.bin")
+        assert counts[split] == len(tokens) and bytes(np.asarray(tokens, dtype=np.uint8)) == "".join(texts).encode()
+
+
+def test_train_every_below_one_is_refused(tmp_path):
+    fake_stdlib(tmp_path / "lib")
+    with pytest.raises(SystemExit, match="keeps no training file"):
+        prepare(tmp_path / "out", tmp_path / "lib", quiet=True, train_every=0)
+    assert not (tmp_path / "out").exists()
 
 
 def test_threads_encode_every_file_once_in_order(tmp_path):

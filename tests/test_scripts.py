@@ -409,6 +409,14 @@ def test_lr_transfer_refuses_a_grid_at_two_embedding_multiples(tmp_path):
     assert [p["optimizer"] for p in points] == ["adams", "adamw"]
 
 
+def test_lr_transfer_refuses_a_grid_on_two_datasets(tmp_path):
+    # the same grid on the full corpus and on a quarter of it would be averaged as seeds of one point
+    runs = [fake_run(tmp_path / f"adamw_{d}", "adamw", 4e-3, 2.0, dataset=d) for d in ("pystdlib", "pystdlib_q4")]
+    with pytest.raises(SystemExit, match="the adamw runs at 1,000 params.* mix datasets pystdlib, pystdlib_q4; their losses"):
+        lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "t")])
+    assert not any(tmp_path.glob("t*"))
+
+
 def test_lr_transfer_matched_seeds_keeps_each_grid_on_its_shared_seeds(tmp_path):
     # AdamW's loss is (log2(lr / 4e-3))^2 + 2 on seed 1 and 0.5 higher on seed 2, which ran at 4e-3 alone.
     # Pooled, 4e-3 reads 2.25 against neighbours at 3 and the std is 0.354; matched, seed 2 is left out, the

@@ -13,6 +13,11 @@ TIKTOKEN_CACHE_DIR pointing at a copy):
 
     python -m data.pystdlib.prepare --tokenizer tiktoken:gpt2 --out data/pystdlib_gpt2
     python train.py config/repro/cpu_adams.py --dataset=pystdlib_gpt2
+
+A quarter of the training files (every 4th, in the same order) and the same validation files, for
+runs that should pass over their training text 4x as often in the same number of steps:
+
+    python -m data.pystdlib.prepare --train-every 4 --out data/pystdlib_q4
 """
 
 from __future__ import annotations
@@ -53,16 +58,24 @@ def encoded(files: list[Path], encode, workers: int, chunk: int = 64):
 
 
 def prepare(
-    out_dir: Path, stdlib: Path | None = None, quiet: bool = False, tokenizer: str | None = None, workers: int | None = None
+    out_dir: Path, stdlib: Path | None = None, quiet: bool = False, tokenizer: str | None = None, workers: int | None = None,
+    train_every: int = 1,
 ) -> dict[str, int]:
     """Write out_dir/train.bin and out_dir/val.bin; return their token counts.
 
     tokenizer: None for bytes, else a data.text tokenizer spec such as "tiktoken:gpt2".
+    train_every: keep only every train_every-th training file (the first, then every n-th after it);
+    the validation files do not change.
     workers: threads that encode files (default: one per CPU); the output does not depend on it."""
+    if train_every < 1:
+        raise SystemExit(f"--train-every {train_every} keeps no training file; pass 1 (all of them) or more")
     stdlib = Path(stdlib or sysconfig.get_paths()["stdlib"])
     files = source_files(stdlib)
     if not files:
         raise SystemExit(f"found no .py files under {stdlib}; pass --stdlib PATH to a Python source tree")
+    is_val = [i % VAL_EVERY == VAL_EVERY - 1 for i in range(len(files))]
+    kept = [i for i in range(len(files)) if is_val[i] or (i - i // VAL_EVERY) % train_every == 0]
+    files, is_val = [files[i] for i in kept], [is_val[i] for i in kept]
     if tokenizer is None:
         vocab, encode = VOCAB_SIZE, lambda raw: np.frombuffer(raw, dtype=np.uint8)
     else:
@@ -74,10 +87,11 @@ def prepare(
     with TokenWriter(out_dir / "train.bin", vocab) as train, TokenWriter(out_dir / "val.bin", vocab) as val:
         tokens = encoded(files, encode, workers or os.cpu_count() or 1)
         for i, doc in enumerate(tokens if tokenizer is None or quiet else tqdm(tokens, f"{tokenizer} tokens", len(files))):
-            (val if i % VAL_EVERY == VAL_EVERY - 1 else train).write(doc)
+            (val if is_val[i] else train).write(doc)
         counts = {"train": train.count, "val": val.count}
     if not quiet:
-        print(f"{len(files)} files from {stdlib}: train {counts['train']:,} tokens, val {counts['val']:,} tokens -> {out_dir}")
+        share = f" (every {train_every}th training file)" if train_every > 1 else ""
+        print(f"{len(files)} files from {stdlib}{share}: train {counts['train']:,} tokens, val {counts['val']:,} tokens -> {out_dir}")
     return counts
 
 
@@ -86,5 +100,7 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
     parser.add_argument("--stdlib", type=Path, help="folder to read instead of this Python's standard library")
     parser.add_argument("--tokenizer", help="bytes if left out; tiktoken:gpt2 for GPT-2's BPE (see data/text.py)")
+    parser.add_argument("--train-every", type=int, default=1, metavar="N",
+                        help="keep every N-th training file only (validation unchanged), for runs that repeat their data more")
     args = parser.parse_args()
-    prepare(args.out, args.stdlib, tokenizer=args.tokenizer)
+    prepare(args.out, args.stdlib, tokenizer=args.tokenizer, train_every=args.train_every)
