@@ -931,3 +931,21 @@ def test_step_matched_refuses_bad_input(tmp_path):
     with pytest.raises(SystemExit, match="differ in max_iters .* compare runs of one setting at a time"):
         step_matched.main([str(w), str(s), str(longer), "--rbar", "3", "--out", str(tmp_path / "m")])
     assert not (tmp_path / "m.csv").exists()
+
+
+def test_repetition_reads_one_setting_of_a_points_table(tmp_path):
+    # results/analysis/repetition.py: of a points table holding two settings, it keeps the asked one only
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("repetition", REPO / "results/analysis/repetition.py")
+    repetition = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(repetition)
+    points = tmp_path / "points.csv"
+    rows = [("adamw", 100, 4e-3, 1.5), ("adams", 100, 1e-3, 1.4), ("adams", 100, 2e-3, 1.3), ("adams", 200, 1e-3, 9.0)]
+    points.write_text("params,batch_tokens,steps,betas,optimizer,lr,n,mean,std\n" + "".join(
+        f'7,2048,{steps},"(0.9, 0.95)",{opt},{lr},2,{mean},0.01\n' for opt, steps, lr, mean in rows))
+    assert repetition.grid(points, 7, 100) == {"adamw": {4e-3: (1.5, 0.01)}, "adams": {1e-3: (1.4, 0.01), 2e-3: (1.3, 0.01)}}
+    with pytest.raises(SystemExit, match="no AdamW and AdamS grids at 7 parameters and 200 steps"):
+        repetition.grid(points, 7, 200)
+    with pytest.raises(SystemExit, match="missing"):
+        repetition.grid(tmp_path / "none.csv", 7, 100)
