@@ -85,19 +85,24 @@ def matched_seeds(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     return kept, [r for r in runs if r["seed"] not in shared[grid_of(r)]]
 
 
+ONE_PER_GRID = (  # one optimizer's runs that differ in one of these are two grids, not one
+    ("embedding_lr_scale", "an lr grid needs one embedding multiple, so pass one multiple's runs per call"),
+    ("dataset", "their losses do not compare, so pass one dataset's runs per call"),
+)
+
+
 def grid_points(runs: list[dict]) -> list[dict]:
     """Mean ± std of the final validation loss for every (size, batch, steps, betas, optimizer, lr)."""
-    # one optimizer's grid at two embedding multiples, or on two datasets, is two grids, not one
-    for key, what, fix in (("embedding_lr_scale", "embedding_lr_scale", "an lr grid needs one embedding multiple, so pass "
-                            "one multiple's runs per call"), ("dataset", "datasets", "their losses do not compare, so pass "
-                            "one dataset's runs per call")):
+    for key, fix in ONE_PER_GRID:
         found_in: dict[tuple, set] = {}
         for r in runs:
             found_in.setdefault(grid_of(r), set()).add(r[key])
         for (*setting, opt), found in found_in.items():
             if len(found) > 1:
+                numeric = all(isinstance(v, (int, float)) for v in found)
+                values = [f"{v:g}" for v in sorted(found)] if numeric else sorted(map(str, found))
                 raise SystemExit(f"the {opt} runs at {setting[0]:,} params, {setting[1]:,} tokens/step, {setting[2]:,} steps "
-                                 f"mix {what} {', '.join(f'{s:g}' if isinstance(s, float) else str(s) for s in sorted(found, key=str))}; {fix}")
+                                 f"mix {key} {', '.join(values)}; {fix}")
     groups: dict[tuple, list[float]] = {}
     for r in runs:
         key = *grid_of(r), r["lr"]

@@ -412,7 +412,7 @@ def test_lr_transfer_refuses_a_grid_at_two_embedding_multiples(tmp_path):
 def test_lr_transfer_refuses_a_grid_on_two_datasets(tmp_path):
     # the same grid on the full corpus and on a quarter of it would be averaged as seeds of one point
     runs = [fake_run(tmp_path / f"adamw_{d}", "adamw", 4e-3, 2.0, dataset=d) for d in ("pystdlib", "pystdlib_q4")]
-    with pytest.raises(SystemExit, match="the adamw runs at 1,000 params.* mix datasets pystdlib, pystdlib_q4; their losses"):
+    with pytest.raises(SystemExit, match="the adamw runs at 1,000 params.* mix dataset pystdlib, pystdlib_q4; their losses"):
         lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "t")])
     assert not any(tmp_path.glob("t*"))
 

@@ -15,7 +15,8 @@ TIKTOKEN_CACHE_DIR pointing at a copy):
     python train.py config/repro/cpu_adams.py --dataset=pystdlib_gpt2
 
 A quarter of the training files (every 4th, in the same order) and the same validation files, for
-runs that should pass over their training text 4x as often in the same number of steps:
+runs that pass over their training text about 4x as often in the same number of steps (3.5x here:
+files differ in size):
 
     python -m data.pystdlib.prepare --train-every 4 --out data/pystdlib_q4
 """
@@ -90,7 +91,7 @@ def prepare(
             (val if is_val[i] else train).write(doc)
         counts = {"train": train.count, "val": val.count}
     if not quiet:
-        share = f" (every {train_every}th training file)" if train_every > 1 else ""
+        share = f" (1 training file in {train_every})" if train_every > 1 else ""
         print(f"{len(files)} files from {stdlib}{share}: train {counts['train']:,} tokens, val {counts['val']:,} tokens -> {out_dir}")
     return counts
 
