@@ -16,10 +16,13 @@ Seeds are pooled per grid point as given, so a second seed at one point alone mo
 one-seed neighbours by the seed-to-seed spread; --matched-seeds keeps, in each grid, only the seeds that
 every one of its points has (and says what it left out).
 
-Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT.csv and OUT.md (best lr per
-optimizer and the ratio, per size, batch and run length) and OUT.png (loss against lr; the ratio
-against whichever of model size, batch and run length vary, and against B/B_noise when --noise gives
-noise_scale.py's CSV; hollow where either optimum sits at its grid's edge, so the ratio there is not measured).
+Writes OUT_points.csv (every grid point: mean ± std over seeds), OUT_paired.csv (AdamS's final loss
+minus AdamW's at every lr both ran, seed by seed: a seed's offset that moves both optimizers' runs
+alike cancels here, where it widens each point's std), OUT.csv and OUT.md (best lr per optimizer and
+the ratio, per size, batch and run length) and OUT.png (loss against lr; the paired difference against
+lr; the ratio against whichever of model size, batch and run length vary, and against B/B_noise when
+--noise gives noise_scale.py's CSV; hollow where either optimum sits at its grid's edge, so the ratio
+there is not measured).
 """
 
 from __future__ import annotations
@@ -116,6 +119,31 @@ def grid_points(runs: list[dict]) -> list[dict]:
                            mean=statistics.mean(losses) if finite else math.inf,
                            std=statistics.stdev(losses) if finite and len(losses) > 1 else 0.0))
     return points
+
+
+def paired_differences(runs: list[dict]) -> list[dict]:
+    """AdamS's final loss minus AdamW's at the same (size, batch, steps, betas, lr), on each seed both ran.
+
+    One row per setting and lr: the seeds, their differences (seed order), and their mean and std.
+    """
+    loss = {(*grid_of(r), r["lr"], r["seed"]): r["val_loss"] for r in runs}
+    by_point: dict[tuple, list[tuple[int, float]]] = {}
+    for (params, batch, steps, betas, opt, lr, seed), adams in loss.items():
+        adamw = loss.get((params, batch, steps, betas, "adamw", lr, seed))
+        if opt == "adams" and adamw is not None:
+            # a diverged run is inf: AdamS behind by inf, ahead by inf, or (both inf) no difference to tell
+            diff = adams - adamw if math.isfinite(adams) or math.isfinite(adamw) else math.nan
+            by_point.setdefault((params, batch, steps, betas, lr), []).append((seed, diff))
+    rows = []
+    for (params, batch, steps, betas, lr), pairs in sorted(by_point.items(), key=lambda kv: (in_order(kv[0][:4]), kv[0][4])):
+        pairs.sort()
+        diffs = [d for _, d in pairs]
+        finite = all(math.isfinite(d) for d in diffs)
+        rows.append(dict(params=params, batch_tokens=batch, steps=steps, betas=betas, lr=lr, n=len(pairs),
+                         seeds=" ".join(str(seed) for seed, _ in pairs), differences=" ".join(f"{d:+.4f}" for d in diffs),
+                         mean=statistics.mean(diffs) if finite else math.nan,
+                         std=statistics.stdev(diffs) if finite and len(diffs) > 1 else 0.0))
+    return rows
 
 
 def parabola_vertex(xs: tuple[float, float, float], ys: tuple[float, float, float]) -> float | None:
@@ -217,6 +245,7 @@ def main(argv=None):
         for r in left_out:
             print(f"--matched-seeds: left out {r['run']} (seed {r['seed']} is not at every lr of its grid)")
     points = grid_points(runs)
+    paired = paired_differences(runs)
     rows = table(points)
     noise = noise_by_batch(args.noise) if args.noise else {}
     for row in rows:
@@ -225,12 +254,14 @@ def main(argv=None):
             row["b_over_b_noise"] = row["batch_tokens"] / noise[row["batch_tokens"]]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(args.out.with_name(args.out.name + "_points.csv"), points)
+    if paired:
+        write_csv(args.out.with_name(args.out.name + "_paired.csv"), paired)
     write_csv(out_file(args.out, ".csv"), rows)
     text = markdown(rows)
     out_file(args.out, ".md").write_text(text)
     print(text)
-    plot(points, rows, out_file(args.out, ".png"))
-    print(f"wrote {args.out}.csv, .md, .png and {args.out.name}_points.csv")
+    plot(points, paired, rows, out_file(args.out, ".png"))
+    print(f"wrote {args.out}.csv, .md, .png and {args.out.name}_points.csv" + (", _paired.csv" if paired else ""))
     return points, rows
 
 
@@ -242,7 +273,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def plot(points: list[dict], rows: list[dict], path: Path) -> None:
+def plot(points: list[dict], paired: list[dict], rows: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,7 +294,8 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
     axes_keys += ["b_over_b_noise"] if any("b_over_b_noise" in r for r in rows) else []
     labels = dict(params="parameters", batch_tokens="batch (tokens per step)", steps="steps (run length)",
                   b_over_b_noise="batch / B_noise (B_simple)")
-    fig, axes = plt.subplots(1, 1 + len(axes_keys), figsize=(5.5 + 5.5 * len(axes_keys), 4.8))
+    panels = 1 + bool(paired) + len(axes_keys)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.8))
     ax = axes[0]
     for setting in settings:
         for opt, style in (("adamw", "o-"), ("adams", "s--")):
@@ -276,7 +308,25 @@ def plot(points: list[dict], rows: list[dict], path: Path) -> None:
            title="AdamW (solid) and AdamS (dashed)")
     ax.xaxis.set_minor_formatter(NullFormatter())  # a grid within one decade labels its minor ticks, overlapping
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below: it would hide curves
-    for ax, key in zip(axes[1:], axes_keys):
+    if paired:  # the same-lr question directly, free of the seed offsets both optimizers share
+        ax = axes[1]
+        for setting in settings:
+            mine = [p for p in paired if setting_of(p) == setting and math.isfinite(p["mean"])]
+            if mine:
+                ax.plot([p["lr"] for p in mine], [p["mean"] for p in mine], "o-", color=colors[setting], ms=4, lw=1.2,
+                        label=name(setting) or "mean over seeds")
+                for p in mine:
+                    seeds = [float(d) for d in p["differences"].split()]
+                    if len(seeds) > 1:
+                        ax.plot([p["lr"]] * len(seeds), seeds, "_", color=colors[setting], ms=9)
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set(xscale="log", xlabel="peak learning rate", ylabel="AdamS − AdamW, final validation loss",
+               title="AdamS − AdamW at the same lr, seed by seed\n(dashes: each seed; below 0: AdamS ahead)")
+        ax.set_xlim(axes[0].get_xlim())  # lr lines up with the loss panel beside it
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        if len(settings) > 1:
+            ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    for ax, key in zip(axes[1 + bool(paired):], axes_keys):
         along = "batch_tokens" if key == "b_over_b_noise" else key
         lines: dict[tuple, list[dict]] = {}  # one line per setting of the other keys
         for r in rows:

@@ -435,6 +435,32 @@ def test_lr_transfer_matched_seeds_keeps_each_grid_on_its_shared_seeds(tmp_path)
     assert not any(tmp_path.glob("none*"))
 
 
+def test_lr_transfer_pairs_adams_with_adamw_seed_by_seed(tmp_path):
+    # seed 2 ends 0.3 higher than seed 1 for both optimizers: each grid point's std is 0.212, but AdamS - AdamW
+    # is the same on both seeds (+0.1 at 4e-3, -0.2 at 1e-3), so the paired std is 0 up to rounding. AdamS's
+    # 5e-4 has no AdamW beside it and AdamW's 1e-3 seed 3 no AdamS: neither is paired. A diverged AdamS run
+    # (inf) is a difference of +inf, and a point with one leaves its mean undefined rather than finite.
+    runs = []
+    for opt, lr, base in (("adamw", 1e-3, 2.5), ("adamw", 4e-3, 2.0), ("adams", 5e-4, 2.4), ("adams", 1e-3, 2.3),
+                          ("adams", 4e-3, 2.1)):
+        for seed in (1, 2):
+            runs.append(fake_run(tmp_path / f"{opt}_{lr}_{seed}", opt, lr, base + 0.3 * (seed - 1), seed))
+    runs.append(fake_run(tmp_path / "adamw_1e-3_3", "adamw", 1e-3, 9.0, seed=3))
+    for opt, loss in (("adamw", 2.2), ("adams", math.inf)):
+        runs.append(fake_run(tmp_path / f"{opt}_1.6e-2_1", opt, 1.6e-2, loss))
+    points, _ = lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "t")])
+    assert next(p for p in points if (p["optimizer"], p["lr"]) == ("adams", 4e-3))["std"] == pytest.approx(0.3 / 2**0.5)
+    with open(tmp_path / "t_paired.csv") as f:
+        paired = list(csv.DictReader(f))
+    assert [(r["lr"], r["seeds"], r["differences"]) for r in paired] == [
+        ("0.001", "1 2", "-0.2000 -0.2000"), ("0.004", "1 2", "+0.1000 +0.1000"), ("0.016", "1", "+inf")]
+    assert [float(r["mean"]) for r in paired[:2]] == [pytest.approx(-0.2), pytest.approx(0.1)]
+    assert [float(r["std"]) for r in paired[:2]] == [pytest.approx(0, abs=1e-12)] * 2 and math.isnan(float(paired[2]["mean"]))
+    # one optimizer alone: nothing to pair, no file, and the figure keeps its two panels
+    lr_transfer.main([str(r) for r in runs if "adamw" in r.name] + ["--out", str(tmp_path / "w")])
+    assert not (tmp_path / "w_paired.csv").exists() and (tmp_path / "w.png").exists()
+
+
 def test_cuda_step_host_time_takes_the_triton_branch():
     # results/cpu/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
     # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
