@@ -98,6 +98,7 @@ RBAR = (
     *(((32928, 2048, steps, REFERENCE_BETAS), "results/analysis/noise_scale_tiny.csv", f"tiny_{steps}/learning_rate=8e-3_seed=1")
       for steps in (6400, 25600)),
     ((115008, 2048, 22500, REFERENCE_BETAS), "results/analysis/noise_scale_tiny_w64.csv", "w64_22500/learning_rate=4e-3_seed=1"),
+    ((426624, 2048, 20800, REFERENCE_BETAS), "results/analysis/noise_scale_tiny_w128.csv", "w128_20800/learning_rate=4e-3_seed=1"),
     *(((820352, 2048, 300, (0.9, b)), f"results/analysis/noise_scale_beta2/beta2={b}/noise_scale.csv",
        "probe/learning_rate=4e-3_seed=1") for b in (0.5, 0.8, 0.9, 0.98, 0.99, 0.999)),
     *(((3213568, 2048, 600, (0.9, b)), f"results/analysis/noise_scale_beta2_3m/beta2={b}/noise_scale.csv",
