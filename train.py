@@ -256,12 +256,13 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distri
     """Print the config and what follows from it, and write both to out_dir/config.json."""
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
-    tokens_per_param = tokens_per_iter * cfg.max_iters / model.num_params()  # the run's length, as results/ measures it
-    derived = dict(tokens_per_iter=tokens_per_iter, parameters=model.num_params(), tokens_per_param=tokens_per_param,
+    params = model.num_params()
+    tokens_per_param = tokens_per_iter * cfg.max_iters / params  # the run's length, as results/ measures it
+    derived = dict(tokens_per_iter=tokens_per_iter, parameters=params, tokens_per_param=tokens_per_param,
                    world_size=dist_.world_size, micro_steps_per_rank=micro_steps, device=str(dist_.device), dtype=dtype)
     (out_dir / "config.json").write_text(json.dumps(dict(config=config, derived=derived), indent=2))
     print("config:", json.dumps(config))
-    print(f"{model.num_params():,} parameters (without position embeddings); {tokens_per_iter:,} tokens per "
+    print(f"{params:,} parameters (without position embeddings); {tokens_per_iter:,} tokens per "
           f"iteration = {cfg.gradient_accumulation_steps} accumulation x {cfg.batch_size} batch x {cfg.block_size} "
           f"tokens, {micro_steps} micro-steps on each of {dist_.world_size} rank(s); {dist_.device}, {dtype}; "
           f"{cfg.max_iters:,} iterations = {tokens_per_param:,.2f} tokens per parameter")
