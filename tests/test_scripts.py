@@ -975,3 +975,37 @@ def test_repetition_reads_one_setting_of_a_points_table(tmp_path):
         repetition.grid(points, 7, 200)
     with pytest.raises(SystemExit, match="missing"):
         repetition.grid(tmp_path / "none.csv", 7, 100)
+
+
+def test_run_length_pairs_finished_runs_by_seed_at_shared_evaluations(tmp_path):
+    # results/analysis/run_length.py: AdamS - AdamW at each evaluation both made (step 0 left out),
+    # only where both runs of a seed finished; tokens per parameter from the run's derived sizes
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_length", REPO / "results/analysis/run_length.py")
+    run_length = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_length)
+
+    def run(opt, seed, losses):
+        d = tmp_path / "w" / opt / f"learning_rate=4e-3_seed={seed}"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"config": {"max_iters": 200, "seed": seed},
+                                                   "derived": {"tokens_per_iter": 50, "parameters": 100}}))
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"kind": "eval", "iter": i, "val_loss": v}) + "\n"
+                                                 for i, v in losses.items()))
+
+    run("adams", 1, {0: 5.0, 100: 2.0, 150: 1.9, 200: 1.5})
+    run("adamw", 1, {0: 5.0, 100: 2.5, 200: 1.25})  # no evaluation at 150: that step is not compared
+    run("adams", 2, {0: 5.0, 200: 1.0})
+    run("adamw", 2, {0: 5.0, 100: 2.0})  # unfinished: seed 2 is left out
+    run("adams", 3, {0: 5.0, 200: 1.0})  # no AdamW run at all
+    [p] = run_length.pairs(tmp_path / "w", "4e-3")
+    assert (p["seed"], p["steps"], p["tokens_per_param"]) == (1, 200, 100.0)
+    assert p["iters"] == [100, 200] and p["diff"] == [-0.5, 0.25]
+    assert run_length.pairs(tmp_path / "w", "2e-3") == []
+    with pytest.raises(SystemExit, match="no finished AdamS/AdamW pair at learning_rate=2e-3"):
+        run_length.main(["--lr", "2e-3", "--lengths", str(tmp_path / "w"), "--out", str(tmp_path / "o")])
+    run_length.main(["--lengths", str(tmp_path / "w"), "--out", str(tmp_path / "o")])
+    rows = (tmp_path / "o.csv").read_text().splitlines()
+    assert rows[1:] == ["200,100.0,1,100,0.5,-0.5", "200,100.0,1,200,1.0,0.25"]
+    assert (tmp_path / "o.png").stat().st_size > 0
