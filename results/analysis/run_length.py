@@ -46,8 +46,8 @@ def pairs(root: Path, lr: str) -> list[dict]:
         adamw = root / "adamw" / adams.name
         if not (final_val_loss(adams)[1] and final_val_loss(adamw)[1]):
             continue
-        derived = json.loads((adams / "config.json").read_text())["derived"]
-        config = json.loads((adams / "config.json").read_text())["config"]
+        saved = json.loads((adams / "config.json").read_text())
+        config, derived = saved["config"], saved["derived"]
         s, w = evals(adams), evals(adamw)
         shared = sorted(set(s) & set(w) - {0})  # step 0 is the untrained model: the same for both
         steps = config["max_iters"]
