@@ -7,7 +7,8 @@ Reads the width-128 runs (426,624 parameters) at 100, 200 and 400 tokens per par
 AdamW at the same lr and seed, and subtracts their validation losses at every evaluation both made.
 Left: that difference against the fraction of the run's tokens seen, a curve per length and seed, so
 runs of different lengths share an axis (warmup and the cosine decay sit at the same fractions).
-Right: the final difference against tokens per parameter, a point per seed and the seeds' mean.
+Right: the final difference against tokens per parameter, a point per seed and the seeds' mean (a hollow
+square, with the number of seeds beside it, so a one-seed length's point shows through).
 Only finished runs count; a length with no finished pair at the lr is left out.
 """
 
@@ -77,14 +78,15 @@ def main(argv=None):
         fraction = [i / p["steps"] for i in p["iters"]]
         left.plot(fraction, p["diff"], color=colors[p["tokens_per_param"]], ls=styles[(p["seed"] - 1) % len(styles)],
                   label=f"{p['tokens_per_param']:.0f} tokens/param, seed {p['seed']}")
-        right.plot(p["tokens_per_param"], p["diff"][-1], "o", color=colors[p["tokens_per_param"]], alpha=0.6)
+        right.plot(p["tokens_per_param"], p["diff"][-1], "o", color=colors[p["tokens_per_param"]], alpha=0.7, zorder=3)
         rows += [dict(steps=p["steps"], tokens_per_param=round(p["tokens_per_param"], 1), seed=p["seed"], iter=i,
                       fraction=round(f, 4), adams_minus_adamw=round(d, 5))
                  for i, f, d in zip(p["iters"], fraction, p["diff"])]
     means = [statistics.mean(p["diff"][-1] for p in found if p["tokens_per_param"] == t) for t in lengths]
-    right.plot(lengths, means, "k-", marker="s", label="mean over seeds")
+    right.plot(lengths, means, "k-", marker="s", mfc="none", ms=9, label="mean over seeds (n beside it)")
     for t, m in zip(lengths, means):
         n = sum(p["tokens_per_param"] == t for p in found)
+        right.annotate(f"n={n}", (t, m), textcoords="offset points", xytext=(7, 4), fontsize=7)
         print(f"{t:6.0f} tokens/param: AdamS - AdamW at lr {args.lr}, final, mean over {n} seed(s): {m:+.4f}")
     for ax in (left, right):
         ax.axhline(0, color="grey", lw=0.8)
