@@ -67,6 +67,7 @@ SCANS = (
     ("results/lr_transfer_size.csv", "width", "bytes"),
     ("results/lr_transfer_w128.csv", "width", "bytes"),
     ("results/lr_transfer_w128_200.csv", "width", "bytes"),
+    ("results/lr_transfer_w128_400.csv", "width", "bytes"),
     ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_8k.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_32k.csv", "architecture", "bytes, Llama"),
