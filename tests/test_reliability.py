@@ -49,7 +49,7 @@ def assert_same_losses(a_dir, b_dir):
     Exactness is what assert_same_final_state checks, bit for bit. The logged loss is a mean over
     the batch's tokens, and two processes can sum it in a different order (a vectorised reduction
     can depend on where its buffer sits): once, two fresh runs, before any resume, logged 4.831209
-    and 4.831210 at one iteration while every later loss matched bit for bit, so the weights did.
+    and 4.831210 at one iteration while every loss after the next matched bit for bit, as differing weights would not.
     """
     a, b = losses(a_dir), losses(b_dir)
     assert a.keys() == b.keys()
