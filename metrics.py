@@ -7,7 +7,11 @@ Every line has a ``kind``:
   ``mfu``, ``lr``, ``tokens``, ``elapsed_s``;
 - ``eval``: an evaluation after ``iter`` iterations, on the same batches every time:
   ``val_loss`` and ``eval_train_loss`` (the training data, measured the same way), ``lr``,
-  ``tokens``, ``elapsed_s``.
+  ``tokens``, ``elapsed_s``;
+- ``diverged``: the last line of a run that train.py stopped after more than
+  ``max_consecutive_skips`` non-finite steps in a row: ``iter`` (the count the failing iteration
+  would have reached) and ``reason``. A resume from an earlier checkpoint drops it with the
+  lines after that checkpoint.
 
 Runs written before kinds existed have no ``kind`` and call the eval estimate ``train_loss``;
 ``read`` tells the two apart by the presence of ``val_loss``.
@@ -59,5 +63,9 @@ def read(out_dir: str | os.PathLike) -> tuple[list[dict], list[dict]]:
     for line in (Path(out_dir) / FILE).read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            (evals if r.get("kind", "eval" if "val_loss" in r else "train") == "eval" else train).append(r)
+            kind = r.get("kind", "eval" if "val_loss" in r else "train")
+            if kind == "eval":
+                evals.append(r)
+            elif kind == "train":
+                train.append(r)
     return train, evals

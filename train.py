@@ -197,6 +197,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
                 what, value = ("loss", train_loss) if not math.isfinite(train_loss) else ("gradient norm", norm)
                 consecutive_skips += 1
                 if consecutive_skips > cfg.max_consecutive_skips:
+                    log.write("diverged", iter=it + 1, reason=f"the {what} is {value}")  # sweep.py reads this
                     raise UserError(f"iteration {it}: the {what} is {value}; stopping after {consecutive_skips} "
                                     f"non-finite step(s) in a row (max_consecutive_skips={cfg.max_consecutive_skips})."
                                     f" The last good checkpoint is {checkpoint.latest(out_dir)}: resume from it with "

@@ -16,7 +16,8 @@ is started with ``--init_from=auto``, so an interrupted sweep picks up where it 
 runs are skipped, half-finished ones resume. The summary (``summary.csv``, ``summary.md``, and a
 heatmap ``summary.png`` when the grid has two keys) gives the final validation loss per point as
 mean ± std over the seeds that have finished (the table says so when some have not); a run that
-diverged counts as inf. A sweep into a folder that an earlier sweep over the same grid keys wrote
+diverged (train.py stopped it on non-finite steps) counts as inf and is not rerun: delete its
+folder to run it again. A run that failed otherwise is reported, and the sweep exits non-zero. A sweep into a folder that an earlier sweep over the same grid keys wrote
 adds its points to the earlier ones' table rather than replacing it, so a grid can be extended.
 """
 
@@ -83,12 +84,16 @@ def command(base: list[str], point: dict[str, str], seed: int, out_dir: Path, se
 
 
 def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
-    """(the last evaluation's validation loss, whether the run reached max_iters)."""
+    """(the last evaluation's validation loss, whether the run is over): a run is over when it
+    reached max_iters, or diverged (train.py stopped it; its loss is then inf)."""
     metrics, config = out_dir / "metrics.jsonl", out_dir / "config.json"
     if not metrics.exists() or not config.exists():
         return None, False
     max_iters = json.loads(config.read_text())["config"]["max_iters"]
-    evals = [json.loads(line) for line in metrics.read_text().splitlines() if '"val_loss"' in line]
+    lines = metrics.read_text().splitlines()
+    if lines and json.loads(lines[-1]).get("kind") == "diverged":
+        return math.inf, True
+    evals = [json.loads(line) for line in lines if '"val_loss"' in line]
     if not evals:
         return None, False
     return evals[-1]["val_loss"], evals[-1]["iter"] >= max_iters
@@ -109,6 +114,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     grid = parse_grid(args.grid)
+    for path in [*args.configs, *grid.get("config", [])]:
+        if not Path(path).is_file():
+            raise SystemExit(f"config file '{path}' does not exist; pass a path like config/repro/cpu_adams.py")
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
     for point in points:
         resolve_sets(args.set, point)  # a malformed --set fails before anything runs
@@ -141,8 +149,12 @@ def main(argv=None):
     from tqdm import tqdm
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        list(tqdm(pool.map(run, todo), total=len(todo), desc="sweep"))
-    return summarize(runs, list(grid), args.out)
+        codes = list(tqdm(pool.map(run, todo), total=len(todo), desc="sweep"))
+    summary = summarize(runs, list(grid), args.out)
+    failed = [d for (_, _, d), code in zip(todo, codes) if code != 0 and not final_val_loss(d)[1]]
+    if failed:
+        raise SystemExit(f"{len(failed)} of {len(todo)} runs failed; the last lines of {failed[0] / 'train.log'} say why")
+    return summary
 
 
 def recorded_runs(runs, keys: list[str], out: Path) -> list:
@@ -197,7 +209,7 @@ def summarize(runs, keys: list[str], out: Path) -> list[dict]:
     lines = ["| " + " | ".join(keys + ["final val loss (mean ± std)", "seeds"]) + " |", "|" + " --- |" * (len(keys) + 2)]
     for s in summary:
         if not s["n"]:
-            cell = "not run yet"
+            cell = "not finished"
         else:
             cell = f"{s['mean']:.4f} ± {s['std']:.4f}" if math.isfinite(s["mean"]) else "diverged"
             cell += "" if s["finished"] else f" ({s['n']} of {s['seeds']} seeds so far)"
@@ -223,7 +235,7 @@ def heatmap(summary: list[dict], keys: list[str], path: Path) -> None:
     for s in summary:
         i, j = rows.index(s[keys[0]]), cols.index(s[keys[1]])
         grid[i, j] = s["mean"] if s["n"] and math.isfinite(s["mean"]) else np.nan
-        labels[i, j] = "not run" if not s["n"] else ("diverged" if np.isnan(grid[i, j]) else f"{grid[i, j]:.3f}")
+        labels[i, j] = "not finished" if not s["n"] else ("diverged" if np.isnan(grid[i, j]) else f"{grid[i, j]:.3f}")
         labels[i, j] += "" if s["finished"] or not s["n"] else f"\n({s['n']} of {s['seeds']})"
     fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 2, 0.9 * len(rows) + 1.5))
     cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgrey")  # unfinished or diverged points in grey

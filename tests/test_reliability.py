@@ -1,5 +1,8 @@
 """Reliability: crash-safe checkpoints, bit-exact resume, the NaN guard, restarts, bad inputs."""
 
+import dataclasses
+import json
+import math
 import os
 import random
 import re
@@ -17,6 +20,7 @@ import checkpoint
 import train
 from errors import UserError
 from optim import OPTIMIZERS
+from scripts import sweep
 from tests import faults
 from tests.conftest import per_optimizer, tiny_config
 from tests.test_train import cli_args, lr_for, read_metrics
@@ -217,6 +221,24 @@ def test_zero_skips_allowed_stops_at_the_first_and_saves_nothing_bad(data_dir, t
     with faults.injected("nan_loss@5"), pytest.raises(UserError, match="iteration 5: the loss is nan; stopping after 1 "):
         train.main(cfg)
     assert [p.name for p in checkpoint.checkpoints(cfg.out_dir)] == ["ckpt_00000004.pt"]
+    # the log says so in its last line, which a sweep reads as a finished point at inf; the curves leave it out
+    last = json.loads((Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last == {"kind": "diverged", "iter": 6, "reason": "the loss is nan"}
+    assert sweep.final_val_loss(Path(cfg.out_dir)) == (math.inf, True)
+    train_lines, evals = read_metrics(cfg.out_dir)
+    assert [r["iter"] for r in train_lines] == [1, 2, 3, 4, 5] and [r["iter"] for r in evals] == [0, 4]
+
+
+def test_resuming_a_diverged_run_drops_its_mark(data_dir, tmp_path):
+    # resumed from the checkpoint before the bad step (here without the fault: as if at a lower lr), it runs to the end
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=8, eval_interval=4, max_consecutive_skips=0)
+    with faults.injected("nan_loss@4"), pytest.raises(UserError, match="iteration 4: the loss is nan"):
+        train.main(cfg)
+    assert sweep.final_val_loss(Path(cfg.out_dir)) == (math.inf, True)
+    train.main(dataclasses.replace(cfg, init_from="resume"))
+    loss, finished = sweep.final_val_loss(Path(cfg.out_dir))
+    assert finished and math.isfinite(loss)
+    assert all(json.loads(line)["kind"] != "diverged" for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines())
 
 
 def test_too_many_consecutive_skips_abort(data_dir, tmp_path):

@@ -134,6 +134,37 @@ def test_sweep_pins_each_runs_threads(tmp_path, monkeypatch):
     assert seen == ["4", "4", "1", "1"]  # cores // jobs unless told
 
 
+def test_sweep_refuses_a_missing_config_before_running_anything(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("nothing should run"))
+    with pytest.raises(SystemExit, match="config file 'config/nope.py' does not exist"):
+        sweep.main(["config/nope.py", "--grid", "learning_rate=1e-3", "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match="config file 'config/typo.py' does not exist"):
+        sweep.main(["--grid", "config=config/repro/cpu_adams.py,config/typo.py", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_exits_nonzero_when_a_run_fails_and_says_where_to_look(tmp_path, monkeypatch):
+    codes = iter([0, 2])
+    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: type("Done", (), {"returncode": next(codes)})())
+    with pytest.raises(SystemExit, match=r"1 of 2 runs failed; the last lines of .*learning_rate=2e-3_seed=1337.*train.log"):
+        sweep.main(["--grid", "learning_rate=1e-3,2e-3", "--out", str(tmp_path)])
+    assert "| 2e-3 | not finished | 1 |" in (tmp_path / "summary.md").read_text()  # tabulated before exiting
+
+
+def test_sweep_counts_a_diverged_run_as_inf_and_does_not_rerun_it(tmp_path, monkeypatch, capsys):
+    # the folder as train.py leaves a run it stopped on non-finite steps: its last metrics line says so
+    run = tmp_path / "learning_rate=1e-2_seed=1337"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"config": {"max_iters": 10}}))
+    (run / "metrics.jsonl").write_text(json.dumps(dict(kind="eval", iter=0, val_loss=4.0)) + "\n"
+                                       + json.dumps(dict(kind="diverged", iter=4, reason="the loss is nan")) + "\n")
+    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("a diverged run should not rerun"))
+    rows = sweep.main(["--grid", "learning_rate=1e-2", "--out", str(tmp_path)])
+    assert "1 runs, 1 already finished, 0 to run" in capsys.readouterr().out
+    assert rows[0]["mean"] == math.inf and rows[0]["finished"]
+    assert "| 1e-2 | diverged | 1 |" in (tmp_path / "summary.md").read_text()
+
+
 def test_sweep_set_scales_a_grid_key(tmp_path, capsys):
     sweep.main(["--grid", "learning_rate=1e-3,4e-3", "--set", "min_lr=0.1*learning_rate", "--set", "max_iters=5",
                 "--out", str(tmp_path), "--print-commands"])
@@ -285,7 +316,7 @@ def test_sweep_summarize_only_runs_nothing(sweep_out, tmp_path, capsys):
     more = [a if a != "beta2=0.95,0.999" else "beta2=0.95,0.999,0.9" for a in args]
     sweep.main([*more, "--summarize"])
     text = capsys.readouterr().out
-    assert "| 0.9 | 0.9 | not run yet | 2 |" in text
+    assert "| 0.9 | 0.9 | not finished | 2 |" in text
     assert not list(out.glob("beta1=0.9_beta2=0.9_seed=*"))  # nothing was started
 
 
@@ -295,7 +326,7 @@ def test_sweep_summary_of_a_partly_finished_point_counts_its_finished_seeds(swee
     more = args[: i + 3] + ["3"] + args[i + 3 :]  # the same grid and seeds 1 2, plus a seed 3 never run
     summary = sweep.main([*more, "--summarize"])
     text = capsys.readouterr().out
-    assert "(2 of 3 seeds so far) | 3 |" in text and "not run yet" not in text
+    assert "(2 of 3 seeds so far) | 3 |" in text and "not finished |" not in text
     with open(out / "runs.csv") as f:
         losses = [float(r["val_loss"]) for r in csv.DictReader(f) if (r["beta1"], r["beta2"], r["seed"]) in
                   (("0.9", "0.95", "1"), ("0.9", "0.95", "2"))]
@@ -322,12 +353,15 @@ def test_sweep_extending_a_grid_keeps_the_earlier_points_in_the_summary(sweep_ou
 
 
 def fake_run(folder, optimizer, lr, loss, seed=1, batch_tokens=2048, params=1000, max_iters=10, **settings):
-    """A finished run as train.py leaves it, for the analysis scripts: config.json and metrics.jsonl."""
+    """A finished run as train.py leaves it, for the analysis scripts: config.json and metrics.jsonl
+    (loss=inf: a run train.py stopped on non-finite steps, whose log ends with a ``diverged`` line)."""
     folder.mkdir(parents=True)
     config = dict(config=dict(optimizer=optimizer, learning_rate=lr, seed=seed, max_iters=max_iters, **settings),
                   derived=dict(parameters=params, tokens_per_iter=batch_tokens))
     (folder / "config.json").write_text(json.dumps(config))
-    (folder / "metrics.jsonl").write_text(json.dumps(dict(iter=max_iters, val_loss=loss)) + "\n")
+    lines = [dict(iter=max_iters, val_loss=loss)] if math.isfinite(loss) else \
+        [dict(kind="eval", iter=0, val_loss=11.0), dict(kind="diverged", iter=max_iters // 2, reason="the loss is nan")]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return folder
 
 
