@@ -4,7 +4,8 @@
     python -m scripts.lr_transfer RUNS... --noise results/analysis/noise_scale.csv     # adds B / B_noise
     python -m scripts.lr_transfer RUNS... --matched-seeds   # each grid on the seeds all its points share
 
-Reads each run's config.json and metrics.jsonl (runs that did not reach max_iters are left out),
+Reads each run's config.json and metrics.jsonl (runs that did not reach max_iters are left out, but
+a run train.py stopped as diverged counts, at an infinite loss),
 groups them by model size, tokens per step, number of steps, betas, optimizer and peak learning rate, and
 for every (size, batch, steps, betas, optimizer) finds the best learning rate: the grid point with the lowest mean final
 validation loss, and a refined estimate from a parabola through it and its two neighbours in
