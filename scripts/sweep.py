@@ -17,8 +17,9 @@ runs are skipped, half-finished ones resume. The summary (``summary.csv``, ``sum
 heatmap ``summary.png`` when the grid has two keys) gives the final validation loss per point as
 mean ± std over the seeds that have finished (the table says so when some have not); a run that
 diverged (train.py stopped it on non-finite steps) counts as inf and is not rerun: delete its
-folder to run it again. A run that failed otherwise is reported, and the sweep exits non-zero. A sweep into a folder that an earlier sweep over the same grid keys wrote
-adds its points to the earlier ones' table rather than replacing it, so a grid can be extended.
+folder to run it again. A run that failed otherwise is reported, and the sweep exits non-zero.
+A sweep into a folder that an earlier sweep over the same grid keys wrote adds its points to the
+earlier ones' table rather than replacing it, so a grid can be extended.
 """
 
 from __future__ import annotations
