@@ -65,7 +65,7 @@ class AdamS(MomentumOnlyOptimizer):
     SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged; in
     our measurements (results/README.md) its steps were ~4x longer than AdamW's at the same
     learning rate at every batch size tried, and its best lr a quarter to two fifths of AdamW's
-    best in most settings (0.44-0.70x on the longest runs of a 427K-parameter model):
+    best in most settings (0.44-0.65x on the longest runs of a 427K-parameter model):
     ``python -m scripts.noise_scale`` on a short AdamW run estimates the factor for your model.
     On runs of 200-400 tokens per parameter or more AdamW's lr cost AdamS little, so there start
     at it and check half of it
