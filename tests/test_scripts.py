@@ -1043,3 +1043,34 @@ def test_run_length_pairs_finished_runs_by_seed_at_shared_evaluations(tmp_path):
     rows = (tmp_path / "o.csv").read_text().splitlines()
     assert rows[1:] == ["200,100.0,1,100,0.5,-0.5", "200,100.0,1,200,1.0,0.25"]
     assert (tmp_path / "o.png").stat().st_size > 0
+
+
+def test_seed_bootstrap_refits_the_ratio_over_every_draw_of_seeds(tmp_path, capsys):
+    # loss = (log2(lr / best))^2 + offset: AdamW's best 4e-3 on both seeds; AdamS's 1e-3 on seed 1 and
+    # 2e-3 on seed 2. A draw of two seeds averages two parabolas of equal curvature, whose vertex is
+    # the mean of the two in log lr, so by hand the ratio is 1/4 for (1, 1), 1/2 for (2, 2) and
+    # sqrt(1e-3 * 2e-3) / 4e-3 = 0.354 for (1, 2) and (2, 1). Seed 2 sits 0.3 higher everywhere, which a
+    # pairing of the optimizers' seeds must leave out of the ratio
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("seed_bootstrap", REPO / "results/analysis/seed_bootstrap.py")
+    seed_bootstrap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seed_bootstrap)
+    best = {("adamw", 1): 4e-3, ("adamw", 2): 4e-3, ("adams", 1): 1e-3, ("adams", 2): 2e-3}
+    runs = [fake_run(tmp_path / "runs" / f"{opt}_{lr}_{seed}", opt, lr, math.log2(lr / b) ** 2 + 2 + 0.3 * (seed - 1), seed=seed)
+            for (opt, seed), b in best.items() for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
+    rows = seed_bootstrap.main([*map(str, runs), "--out", str(tmp_path / "boot")])
+    ratio = {r["seeds"]: r["ratio"] for r in rows}
+    assert ratio.keys() == {"1 1", "1 2", "2 1", "2 2"}
+    assert ratio["1 1"] == pytest.approx(0.25) and ratio["2 2"] == pytest.approx(0.5)
+    assert ratio["1 2"] == ratio["2 1"] == pytest.approx(2 ** 0.5 / 4)
+    out = capsys.readouterr().out
+    assert "pooled ratio 0.35" in out and "each seed's own: 1 0.25, 2 0.50" in out and "0 at or above 1" in out
+    with open(tmp_path / "boot.csv") as f:
+        assert len(list(csv.DictReader(f))) == 4
+    assert (tmp_path / "boot.png").stat().st_size > 0
+    # a seed AdamS ran at every lr but AdamW did not: the draws would pair unlike seeds, so it refuses
+    extra = [fake_run(tmp_path / "runs" / f"adams_{lr}_3", "adams", lr, 2.0, seed=3)
+             for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
+    with pytest.raises(SystemExit, match="differ; the bootstrap draws seeds for both together"):
+        seed_bootstrap.main([*map(str, runs + extra), "--out", str(tmp_path / "boot2")])
