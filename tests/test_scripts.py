@@ -1074,3 +1074,5 @@ def test_seed_bootstrap_refits_the_ratio_over_every_draw_of_seeds(tmp_path, caps
              for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
     with pytest.raises(SystemExit, match="differ; the bootstrap draws seeds for both together"):
         seed_bootstrap.main([*map(str, runs + extra), "--out", str(tmp_path / "boot2")])
+    with pytest.raises(SystemExit, match="only seed 1 ran every lr of both grids"):
+        seed_bootstrap.main([*(str(r) for r in runs if r.name.endswith("_1")), "--out", str(tmp_path / "boot3")])

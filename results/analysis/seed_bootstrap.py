@@ -70,6 +70,9 @@ def shared_seeds(runs: list[dict]) -> list[int]:
     if not all(by_opt.values()) or by_opt["adamw"] != by_opt["adams"]:
         raise SystemExit(f"AdamW's complete seeds {sorted(by_opt['adamw'])} and AdamS's {sorted(by_opt['adams'])} "
                          "differ; the bootstrap draws seeds for both together, so pass runs of the same seeds")
+    if len(by_opt["adamw"]) < 2:
+        raise SystemExit(f"only seed {min(by_opt['adamw'])} ran every lr of both grids; a bootstrap over seeds needs "
+                         "two or more, so run another seed at every lr first")
     return sorted(by_opt["adamw"])
 
 
