@@ -1076,3 +1076,34 @@ def test_seed_bootstrap_refits_the_ratio_over_every_draw_of_seeds(tmp_path, caps
         seed_bootstrap.main([*map(str, runs + extra), "--out", str(tmp_path / "boot2")])
     with pytest.raises(SystemExit, match="only seed 1 ran every lr of both grids"):
         seed_bootstrap.main([*(str(r) for r in runs if r.name.endswith("_1")), "--out", str(tmp_path / "boot3")])
+
+
+def test_rerun_compares_shared_evaluations_and_the_seed_spread(tmp_path, capsys):
+    # results/analysis/rerun.py: |first - rerun| over the evaluations both made, step 0 left out;
+    # the seeds' standard deviation at those steps (worked by hand: stdev of {1, 3} is sqrt(2))
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rerun", REPO / "results/analysis/rerun.py")
+    rerun = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rerun)
+
+    def run(name, losses):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"kind": "eval", "iter": i, "val_loss": v}) + "\n"
+                                                 for i, v in losses.items()))
+        return d
+
+    first = run("first", {0: 5.0, 100: 2.0, 200: 1.5, 300: 1.25})  # interrupted after 300
+    again = run("again", {0: 5.1, 100: 2.5, 200: 1.25, 300: 1.0, 400: 0.5})
+    seeds = [run("s1", {100: 1.0, 200: 1.0, 300: 1.0}), run("s2", {100: 3.0, 200: 1.0, 300: 2.0})]
+    r = rerun.compare(first, again, seeds, start=200)
+    assert (r["evaluations"], r["last_step"]) == (3, 300)
+    assert r["mean_abs"] == pytest.approx(1 / 3) and r["max_abs"] == 0.5 and r["max_abs_from"] == 0.25
+    assert r["seed_std"] == pytest.approx((0.0, math.sqrt(2)))
+    rerun.main([str(first), str(again), "--from", "200"])
+    assert "3 shared evaluations (to step 300): |difference| mean 0.3333, max 0.5000, max from step 200 0.2500" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="share no evaluation after step 0"):
+        rerun.compare(first, run("other", {0: 5.0, 50: 3.0}), [])
+    with pytest.raises(SystemExit, match="has no metrics.jsonl"):
+        rerun.compare(first, tmp_path / "missing", [])
