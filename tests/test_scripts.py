@@ -1107,3 +1107,5 @@ def test_rerun_compares_shared_evaluations_and_the_seed_spread(tmp_path, capsys)
         rerun.compare(first, run("other", {0: 5.0, 50: 3.0}), [])
     with pytest.raises(SystemExit, match="has no metrics.jsonl"):
         rerun.compare(first, tmp_path / "missing", [])
+    with pytest.raises(SystemExit, match="past the last evaluation both runs made"):
+        rerun.compare(first, again, [], start=400)

@@ -32,8 +32,10 @@ def compare(first: Path, rerun: Path, seeds: list[Path], start: int = 0) -> dict
         raise SystemExit(f"'{first}' and '{rerun}' share no evaluation after step 0")
     diff = [abs(a[k] - b[k]) for k in steps]
     late = [d for k, d in zip(steps, diff) if k >= start]
+    if not late:
+        raise SystemExit(f"--from {start:,} is past the last evaluation both runs made (step {steps[-1]:,}); pass a smaller step")
     out = dict(evaluations=len(steps), last_step=steps[-1], mean_abs=statistics.fmean(diff), max_abs=max(diff),
-               max_abs_from=max(late) if late else None)
+               max_abs_from=max(late))
     if len(seeds) >= 2:
         runs = [evals(s) for s in seeds]
         shared = [k for k in steps if all(k in r for r in runs)]
