@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -1109,3 +1110,41 @@ def test_rerun_compares_shared_evaluations_and_the_seed_spread(tmp_path, capsys)
         rerun.compare(first, tmp_path / "missing", [])
     with pytest.raises(SystemExit, match="past the last evaluation both runs made"):
         rerun.compare(first, again, [], start=400)
+
+
+def test_val_windows_scores_a_checkpoint_on_each_seeds_validation_windows(data_dir, tmp_path, capsys):
+    # results/analysis/val_windows.py: on the run's own seed it must report exactly what train.py's
+    # evaluate() logged at the checkpoint's iteration; its whole-file loss is checked against a
+    # closed form with a stand-in model whose "loss" is the mean target id
+    import importlib.util
+
+    import train
+    from tests.conftest import tiny_config
+
+    spec = importlib.util.spec_from_file_location("val_windows", REPO / "results/analysis/val_windows.py")
+    val_windows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(val_windows)
+    out = tmp_path / "run"
+    train.main(tiny_config(data_dir, out, seed=3))
+    rows = val_windows.main([str(out), "--seeds", "1-4", "--out", str(tmp_path / "vw")])
+    it = rows[0]["iter"]
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    at_it = next(r["val_loss"] for r in logged if r["kind"] == "eval" and r["iter"] == it)
+    assert [r["seed"] for r in rows] == [1, 2, 3, 4] and rows[2]["val_loss"] == pytest.approx(at_it, abs=1e-12)
+    assert len({round(r["val_loss"], 9) for r in rows}) == 4  # other seeds, other windows
+    assert all(r["offset"] == pytest.approx(r["val_loss"] - r["all_val_loss"]) for r in rows)
+    printed = capsys.readouterr().out
+    assert f"iter {it}, trained with seed 3" in printed and (tmp_path / "vw.csv").exists() and (tmp_path / "vw.png").stat().st_size > 0
+
+    class MeanTarget(torch.nn.Module):
+        def forward(self, x, y):
+            return None, y.double().mean()
+
+    tokens = np.arange(103, dtype=np.uint16) % 7  # 10 windows of 10 (+1 for the targets); the last 2 tokens left out
+    expected = (tokens[1:101].astype(float)).mean()
+    assert val_windows.full_loss(MeanTarget(), tokens, block=10, batch=3) == pytest.approx(expected)
+
+    with pytest.raises(SystemExit, match="neither a checkpoint file nor a run folder with checkpoints"):
+        val_windows.main([str(tmp_path), "--out", str(tmp_path / "x")])
+    with pytest.raises(SystemExit, match="is not a list of seeds"):
+        val_windows.main([str(out), "--seeds", "a-b", "--out", str(tmp_path / "x")])
