@@ -62,7 +62,8 @@ def checkpoint_path(path: Path) -> Path:
 
 def run_label(path: Path) -> str:
     """A checkpoint as its sweep names it: optimizer folder / run folder (…/adamw/learning_rate=4e-3_seed=5)."""
-    return f"{path.parents[2].name}/{path.parents[1].name}"
+    parents = path.resolve().parents
+    return "/".join(p.name for p in parents[2:0:-1] if p.name) if len(parents) > 2 else path.name
 
 
 @torch.no_grad()
