@@ -64,6 +64,7 @@ SCANS = (
     ("results/lr_transfer.csv", "batch", "bytes"),
     ("results/lr_transfer_steps.csv", "run length", "bytes"),
     ("results/lr_transfer_tiny.csv", "run length", "bytes"),
+    ("results/lr_transfer_w64_800.csv", "run length", "bytes"),
     ("results/lr_transfer_size.csv", "width", "bytes"),
     ("results/lr_transfer_w128.csv", "width", "bytes"),
     ("results/lr_transfer_w128_200.csv", "width", "bytes"),
