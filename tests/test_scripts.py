@@ -627,15 +627,16 @@ def test_lr_ratio_carry_over_reads_the_shared_lr_range_only(lr_ratio):
 
 
 def test_lr_ratio_joins_one_models_runs_of_different_lengths(lr_ratio):
-    # the tokens figure draws a line through settings that differ in steps only: here the 33K model at 1,600
-    # and 400 steps (shortest first), not its single 800-step run at another batch, another model, or AdamS
-    # at another beta2 over the same runs
-    def row(params, batch, steps, betas=(0.9, 0.95), varied="run length"):
-        return dict(varied=varied, text="bytes", params=params, batch_tokens=batch, steps=steps, betas=betas)
+    # the tokens figure draws a line through settings that differ in steps only: here the 33K model at 400,
+    # 1,600 and 3,200 steps (shortest first; the 3,200-step one from another scan), not its single 800-step run
+    # at another batch, another model, AdamS at another beta2 over the same runs, or the same model on other text
+    def row(params, batch, steps, betas=(0.9, 0.95), varied="run length", text="bytes"):
+        return dict(varied=varied, text=text, params=params, batch_tokens=batch, steps=steps, betas=betas)
     rows = [row(32928, 2048, 1600), row(32928, 8192, 800), row(115008, 2048, 5625), row(32928, 2048, 400),
-            row(32928, 2048, 400, betas=(0.9, 0.99)), row(32928, 2048, 400, varied="batch")]
+            row(32928, 2048, 400, betas=(0.9, 0.99)), row(32928, 2048, 3200, varied="width"),
+            row(32928, 2048, 6400, text="GPT-2 tokens")]
     groups = lr_ratio.lengths(rows)
-    assert [[r["steps"] for r in g] for g in groups] == [[400, 1600]]
+    assert [[r["steps"] for r in g] for g in groups] == [[400, 1600, 3200]]
     assert lr_ratio.tokens_per_param(rows[0]) == pytest.approx(2048 * 1600 / 32928)
     assert [lr_ratio.size(n) for n in (32928, 115008, 823296, 3213568, 124475904)] == ["33K", "115K", "0.82M", "3.2M", "124M"]
 

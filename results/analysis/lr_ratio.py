@@ -338,11 +338,14 @@ def plot(rows: list[dict], path: Path, within: float) -> None:
     left.axvline(1, color="black", lw=1.2, ls="--")
     left.set_ylim(-1, len(rows))  # keeps the paper's note (next line) inside: autoscaling ignores text
     left.text(0.97, len(rows) - 0.4, "the paper:\nAdamW's lr", ha="right", va="top", fontsize=8)
-    left.set(xscale="log", xlim=(0.08, 1.3), xlabel="peak lr ÷ AdamW's best",
+    drawn = [v for s in rows for v in (s["ratio"], s["ratio_grid"], s["ratio_wide"], s["carry"] and s["carry"][1])
+             if v and math.isfinite(v)]
+    right_edge = max([1.3, *(1.15 * v for v in drawn)])  # a crossing past AdamW's best (1.5x at 427K) stays in view
+    left.set(xscale="log", xlim=(0.08, right_edge), xlabel="peak lr ÷ AdamW's best",
              title="lr ÷ AdamW's best: AdamS's best (● fit, ○ no fit, | grid, * fit over ≤ 5 points),\n"
                    "× the rule 1/R̄, + the rule from the low edge of AdamW's optimum,\n"
                    "◇ AdamW's lr carries over up to here (◁ ▷ a bound)")
-    ticks = (0.1, 0.125, 0.25, 0.5, 1)
+    ticks = [t for t in (0.1, 0.125, 0.25, 0.5, 1, 2, 4) if t <= right_edge]
     left.set_xticks(ticks, [f"{t:g}" for t in ticks])
     left.set_xticks([], minor=True)
     left.set_yticks(y, [label(s) for s in rows], fontsize=8)
@@ -372,10 +375,11 @@ def tokens_per_param(s: dict) -> float:
 
 
 def lengths(rows: list[dict]) -> list[list[dict]]:
-    """One model trained for several lengths: the settings that differ only in steps, two or more, shortest first."""
+    """One model trained for several lengths: the settings that differ only in steps, two or more, shortest first,
+    whichever scans they came from."""
     groups: dict[tuple, list] = {}
     for s in rows:
-        groups.setdefault((s["varied"], s["text"], s["params"], s["batch_tokens"], s["betas"]), []).append(s)
+        groups.setdefault((s["text"], s["params"], s["batch_tokens"], s["betas"]), []).append(s)
     return [sorted(g, key=tokens_per_param) for g in groups.values() if len({s["steps"] for s in g}) > 1]
 
 
@@ -398,7 +402,8 @@ def plot_tokens(rows: list[dict], path: Path) -> None:
     colors = {v: f"C{i}" for i, v in enumerate(scans)}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharex=True)
     for group in lengths(rows):  # one model at several lengths: a thin line through its points, named at its end
-        c, x = colors[group[0]["varied"]], [tokens_per_param(s) for s in group]
+        scans_here = {s["varied"] for s in group}  # in the scan's colour, grey where it joins several scans
+        c, x = colors[group[0]["varied"]] if len(scans_here) == 1 else "0.45", [tokens_per_param(s) for s in group]
         for ax, key in zip(axes, ("ratio", "same_lr", "gap")):
             points = [(xi, s[key]) for xi, s in zip(x, group) if math.isfinite(s[key])]
             if points:
