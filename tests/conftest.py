@@ -10,15 +10,24 @@ from configurator import TrainConfig
 from tokens import write_tokens
 
 
-@pytest.fixture(scope="session")
-def lr_ratio():
-    """results/analysis/lr_ratio.py as a module (it lives outside the importable packages)."""
+def analysis_module(name: str):
+    """results/analysis/<name>.py as a module (it lives outside the importable packages)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("lr_ratio", Path(__file__).resolve().parents[1] / "results/analysis/lr_ratio.py")
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / f"results/analysis/{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="session")
+def lr_ratio():
+    return analysis_module("lr_ratio")
+
+
+@pytest.fixture(scope="session")
+def start_lr():
+    return analysis_module("start_lr")
 
 
 @pytest.fixture(scope="session")

@@ -549,10 +549,10 @@ def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
     assert (tmp_path / "results/analysis/beta2_lr.png").stat().st_size > 0
 
 
-def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_ratio):
-    # results/analysis/lr_ratio.py over lr_transfer tables of made-up runs: loss = log2(lr / best)^2 + c,
-    # AdamW's best 4e-3 (c = 2.0 + 0.02 seed), AdamS's 1e-3 at beta2 0.95 (c = 2.1 + 0.01 seed) and 5e-4 at
-    # 0.99 -> ratios 1/4 and 1/8 from the fits, gap 2.115 - 2.03 with the two seed stds in quadrature
+def parabola_scans(tmp_path):
+    """lr_transfer tables of made-up runs, loss = log2(lr / best)^2 + c, under tmp_path/results, and R-bar 4 for
+    AdamS at beta2 0.95: AdamW's best 4e-3 (c = 2.0 + 0.02 seed), AdamS's 1e-3 at beta2 0.95 (c = 2.1 + 0.01 seed)
+    and 5e-4 at 0.99, two seeds each. Returns lr_ratio's (scans, rbar)."""
     runs = []
     for opt, beta2, best, c in (("adamw", 0.95, 4e-3, 2.0), ("adams", 0.95, 1e-3, 2.1), ("adams", 0.99, 5e-4, 2.1)):
         for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3):
@@ -568,6 +568,13 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_rati
     write_noise_csv(tmp_path / "results/analysis/noise.csv", [("body", 2.0), ("all", 100.0), ("body", 8.0)], run="w")
     write_noise_csv(tmp_path / "results/analysis/noise_other.csv", [("body", 50.0)], run="other")
     rbar = (((1000, 2048, 10, (0.9, 0.95)), "results/analysis/noise.csv", "w"),)
+    return scans, rbar
+
+
+def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_ratio):
+    # results/analysis/lr_ratio.py over parabola_scans: ratios 1/4 and 1/8 from the fits, gap 2.115 - 2.03
+    # with the two seed stds in quadrature
+    scans, rbar = parabola_scans(tmp_path)
     rows = lr_ratio.main([], root=tmp_path, scans=scans, rbar=rbar)
     assert [(r["betas"], r["varied"]) for r in rows] == [((0.9, 0.95), "AdamS's β2"), ((0.9, 0.99), "AdamS's β2")]
     assert [r["ratio"] for r in rows] == [pytest.approx(0.25), pytest.approx(0.125)] and all(r["fitted"] for r in rows)
@@ -607,6 +614,28 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_rati
     (tmp_path / "results/t_points.csv").unlink()
     with pytest.raises(SystemExit, match="t_points.csv does not exist; lr_transfer writes it"):
         lr_ratio.main([], root=tmp_path, scans=scans, rbar=rbar)
+
+
+def test_start_lr_costs_each_start_against_adams_best_grid_point(tmp_path, capsys, start_lr):
+    # AdamW's best grid lr 8e-3 (1.6e-2 diverged, left out); AdamS 1.10, 1.05 and 1.09 at 2e-3, 4e-3 and 8e-3:
+    # AdamW's lr costs 1.09 - 1.05, half of it nothing, a quarter 1.10 - 1.05; over R-bar 2^1.5 the start is
+    # 2e-3 x 2^0.5, halfway between 2e-3 and 4e-3 in log lr, where the line reads 1.075
+    adamw = [(2e-3, 1.2), (4e-3, 1.1), (8e-3, 1.0), (1.6e-2, math.inf)]
+    adams = [(1e-3, 1.3), (2e-3, 1.10), (4e-3, 1.05), (8e-3, 1.09)]
+    costs = start_lr.start_costs(adamw, adams, 2**1.5)
+    assert list(costs.values()) == [pytest.approx(0.04), pytest.approx(0.0), pytest.approx(0.05), pytest.approx(0.025)]
+    # no R-bar measured, and an AdamS grid that stops below AdamW's lr: those starts are blank, not guessed
+    costs = start_lr.start_costs(adamw, adams[:3], math.nan)
+    assert math.isnan(costs["AdamW's lr"]) and math.isnan(costs["AdamW's / R̄"]) and costs["½ of it"] == pytest.approx(0.0)
+    # over parabola_scans (AdamW best 4e-3, AdamS's 1e-3 at beta2 0.95, R-bar 4): two octaves above AdamS's
+    # best cost 4, one octave 1, a quarter and R-bar nothing; AdamS at beta2 0.99 is not at the paper's beta
+    scans, rbar = parabola_scans(tmp_path)
+    rows = start_lr.main(["--out", str(tmp_path / "start")], root=tmp_path, scans=scans, rbar=rbar)
+    assert len(rows) == 1 and list(rows[0]["costs"].values()) == [pytest.approx(v) for v in (4.0, 1.0, 0.0, 0.0)]
+    out = capsys.readouterr().out
+    assert "| 20.5 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 4.000 | 1.000 | 0.000 | 0.000 | 2, 2 |" in out
+    assert "| below 50 | 1 | 4.000 (0 of 1) | 1.000 (0 of 1) | 0.000 (1 of 1) | 0.000 (1 of 1) |" in out
+    assert (tmp_path / "start.png").stat().st_size > 0
 
 
 def test_lr_ratio_carry_over_reads_the_shared_lr_range_only(lr_ratio):

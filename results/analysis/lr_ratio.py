@@ -265,6 +265,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
                                     crossing[2] - float(adamw["adamw_best_loss"])),
                 edge=low_edge(adamw_curve, within) / optimum(adamw, "adamw"),
                 same_lr=at_adamw_best(adamw_curve, curves[(*setting, "adams", betas)]),
+                curves=(adamw_curve, curves[(*setting, "adams", betas)]),  # each grid's (lr, mean loss), for start_lr.py
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))
     if not out:

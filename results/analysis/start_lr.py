@@ -1,0 +1,128 @@
+"""What each way of starting AdamS from a tuned AdamW's lr costs AdamS, in every lr scan at the paper's β.
+
+    python results/analysis/start_lr.py      # -> analysis/start_lr.png and the table in results/README.md
+
+Someone who has tuned AdamW and switches to AdamS has to pick AdamS's lr before, or instead of, a
+scan. README.md offers four starts: AdamW's best lr unchanged (the paper's advice), half of it, a
+quarter of it, and AdamW's best over R̄ (AdamS's step length over AdamW's, measured along an AdamW
+run; scripts/noise_scale.py). For every setting lr_ratio.py reads (the same tables, its SCANS and
+RBAR) at the paper's β = (0.9, 0.95), this reads AdamS's mean final loss at each start, minus its
+mean at its own best grid lr: what the start costs against a full scan, in nats. AdamW's best is its
+best grid lr (what a user who tuned it on a grid holds); a start between two of AdamS's grid lrs
+reads the line between them in log lr, and a start outside AdamS's grid is left blank (—).
+
+Prints one row per setting, fewest tokens per parameter first, then each start's worst cost and how
+many settings it left within 0.01 nats of AdamS's best, by band of tokens per parameter; draws the
+costs against tokens per parameter in OUT.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "results" / "analysis"))
+
+import lr_ratio  # noqa: E402
+
+from scripts import out_file  # noqa: E402
+
+# (name, AdamS's lr from AdamW's best grid lr and R̄)
+STARTS = (
+    ("AdamW's lr", lambda lr, rbar: lr),
+    ("½ of it", lambda lr, rbar: lr / 2),
+    ("¼ of it", lambda lr, rbar: lr / 4),
+    ("AdamW's / R̄", lambda lr, rbar: lr / rbar),
+)
+# bands of tokens per parameter (from, to): the scans sit near 0.1-18, 25, 100, 200, 400 and beyond
+BANDS = ((0, 50), (50, 150), (150, 300), (300, math.inf))
+WITHIN = 0.01  # nats: a start this close to AdamS's best counts as as good as a scan
+
+
+def cost(adams: list[tuple[float, float]], lr: float) -> float:
+    """AdamS's loss at `lr` minus its best grid mean, from a grid of (lr, mean loss) linear in log lr between
+    its points; NaN outside the grid. Diverged (non-finite) points are left out."""
+    c = sorted((math.log(x), y) for x, y in adams if math.isfinite(y))
+    x, eps = math.log(lr), 1e-9  # a start on a grid point reads that point despite rounding
+    if not c or not c[0][0] - eps <= x <= c[-1][0] + eps:
+        return math.nan
+    x = min(max(x, c[0][0]), c[-1][0])
+    return (lr_ratio.read(c, x) if len(c) > 1 else c[0][1]) - min(y for _, y in c)
+
+
+def start_costs(adamw: list[tuple[float, float]], adams: list[tuple[float, float]], rbar: float) -> dict[str, float]:
+    """Each start's cost to AdamS (nats over its best grid mean); NaN where AdamS's grid does not reach it or,
+    for the R̄ start, where R̄ was not measured."""
+    best = min((p for p in adamw if math.isfinite(p[1])), key=lambda p: p[1])[0]
+    return {name: cost(adams, f(best, rbar)) if math.isfinite(f(best, rbar)) else math.nan for name, f in STARTS}
+
+
+def band_name(lo: float, hi: float) -> str:
+    return f"below {hi:g}" if lo == 0 else f"{lo:g} and more" if hi == math.inf else f"{lo:g}-{hi:g}"
+
+
+def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="results/analysis/start_lr", help="the figure, as OUT.png")
+    args = parser.parse_args(argv)
+    rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]
+    for s in rows:
+        s["costs"] = start_costs(*s["curves"], s["rbar"])
+    rows.sort(key=lr_ratio.tokens_per_param)
+    names = [name for name, _ in STARTS]
+    cell = lambda v: f"{v:.3f}" if math.isfinite(v) else "—"  # noqa: E731
+    print("AdamS's loss at each start minus AdamS's at its best grid lr (nats; — where AdamS's grid does not reach)\n")
+    print(f"| tokens per parameter | setting | AdamS's best grid lr ÷ AdamW's | {' | '.join(names)} | seeds (AdamW, AdamS) |")
+    print("| ---: | --- | ---: |" + " ---: |" * len(names) + " ---: |")
+    for s in rows:
+        print(f"| {lr_ratio.tokens_per_param(s):,.1f} | {lr_ratio.label(s)} | {s['ratio_grid']:.3g} | "
+              f"{' | '.join(cell(s['costs'][n]) for n in names)} | {s['seeds'][0]}, {s['seeds'][1]} |")
+    print(f"\nEach start's worst cost, and in how many settings it came within {WITHIN:g} of AdamS's best, by tokens per parameter:\n")
+    print(f"| tokens per parameter | settings | {' | '.join(names)} |")
+    print("| --- | ---: |" + " --- |" * len(names))
+    for lo, hi in BANDS:
+        here = [s for s in rows if lo <= lr_ratio.tokens_per_param(s) < hi]
+        if not here:
+            continue
+        parts = []
+        for n in names:
+            got = [s["costs"][n] for s in here if math.isfinite(s["costs"][n])]
+            parts.append(f"{max(got):.3f} ({sum(v <= WITHIN for v in got)} of {len(got)})" if got else "—")
+        print(f"| {band_name(lo, hi)} | {len(here)} | {' | '.join(parts)} |")
+    plot(rows, out_file(root / args.out, ".png"))
+    return rows
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    markers = ("o", "s", "^", "x")
+    for i, ((name, _), marker) in enumerate(zip(STARTS, markers)):
+        shift = 1.07 ** (i - 1.5)  # side by side, so that starts costing the same stay visible
+        points = [(lr_ratio.tokens_per_param(s) * shift, s["costs"][name]) for s in rows if math.isfinite(s["costs"][name])]
+        ax.plot(*zip(*points), marker, ls="", color=f"C{i}", mfc="none" if marker != "x" else None, ms=7, label=name)
+    ax.axhline(WITHIN, color="black", lw=1, ls="--")
+    ax.text(0.012, WITHIN * 1.15, f"{WITHIN:g} nats", transform=ax.get_yaxis_transform(), fontsize=8)
+    ax.set(xscale="log", xlabel="tokens per parameter (tokens per step × steps ÷ parameters)",
+           ylabel="AdamS's loss there − at its best grid lr (nats)",
+           title="what each start from AdamW's best lr costs AdamS, every scan at β = (0.9, 0.95)")
+    ax.set_yscale("symlog", linthresh=WITHIN)  # linear below 0.01 nats, where the zeros sit
+    ax.set_ylim(-0.002, 1.5)
+    ax.grid(alpha=0.3)
+    ax.legend(title="AdamS started at", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+if __name__ == "__main__":
+    main()
