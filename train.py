@@ -267,9 +267,10 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distri
           f"iteration = {cfg.gradient_accumulation_steps} accumulation x {cfg.batch_size} batch x {cfg.block_size} "
           f"tokens, {micro_steps} micro-steps on each of {dist_.world_size} rank(s); {dist_.device}, {dtype}; "
           f"{cfg.max_iters:,} iterations = {tokens_per_param:,.2f} tokens per parameter")
-    if cfg.optimizer == "adams" and tokens_per_param < 200:
-        print("note: a short run for AdamS (under ~200 tokens per parameter): there its best lr was mostly a quarter "
-              "to two fifths of AdamW's in this repository's scans (README.md, 'Picking AdamS's learning rate')")
+    if cfg.optimizer == "adams":  # the start that held in this repository's scans (results/analysis/start_lr.py)
+        start = "a quarter" if tokens_per_param < 200 else "half" if tokens_per_param >= 400 else "a quarter to half"
+        print(f"note: at this length AdamS's lr is best started at {start} of a tuned AdamW lr, then scanned x2 "
+              "either way (README.md, 'Picking AdamS's learning rate')")
 
 
 def peak_flops(device: torch.device) -> float | None:

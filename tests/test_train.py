@@ -184,14 +184,19 @@ def test_embedding_lr_scale_holds_through_the_schedule(data_dir, tmp_path):
         train.main(cfg2)
 
 
-@pytest.mark.parametrize("optimizer, max_iters, note", [("adams", 99, True), ("adams", 100, False), ("adamw", 99, False)])
-def test_the_run_is_described_in_tokens_per_parameter(optimizer, max_iters, note, tmp_path, capsys):
+@pytest.mark.parametrize("optimizer, max_iters, start", [("adams", 99, "a quarter"), ("adams", 100, "a quarter to half"),
+                                                         ("adams", 199, "a quarter to half"), ("adams", 200, "half"),
+                                                         ("adamw", 99, None)])
+def test_the_run_is_described_in_tokens_per_parameter(optimizer, max_iters, start, tmp_path, capsys):
     # 4 x 8 x 64 = 2,048 tokens per iteration on a model of 1,024 parameters: 2 tokens per parameter per
-    # iteration, so 100 iterations are 200 tokens per parameter, the length below which AdamS gets a note
+    # iteration, so 100 iterations are 200 tokens per parameter, below which AdamS's note says a quarter of
+    # AdamW's lr, and 200 are 400, from which it says half
     cfg = TrainConfig(optimizer=optimizer, max_iters=max_iters, gradient_accumulation_steps=4, batch_size=8, block_size=64)
     model = SimpleNamespace(num_params=lambda: 1024)
     train.describe(cfg, {}, model, SimpleNamespace(world_size=1, device="cpu"), "float32", tmp_path)
     out = capsys.readouterr().out
     assert f"{max_iters:,} iterations = {2 * max_iters:.2f} tokens per parameter" in out
     assert json.loads((tmp_path / "config.json").read_text())["derived"]["tokens_per_param"] == 2 * max_iters
-    assert ("note: a short run for AdamS" in out) == note
+    notes = [line for line in out.splitlines() if line.startswith("note: at this length AdamS's lr")]
+    assert notes == ([f"note: at this length AdamS's lr is best started at {start} of a tuned AdamW lr, then scanned x2 "
+                      "either way (README.md, 'Picking AdamS's learning rate')"] if start else [])
