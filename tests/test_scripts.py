@@ -635,6 +635,8 @@ def test_start_lr_costs_each_start_against_adams_best_grid_point(tmp_path, capsy
     out = capsys.readouterr().out
     assert "| 20.5 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 4.000 | 1.000 | 0.000 | 0.000 | 2, 2 |" in out
     assert "| below 50 | 1 | 4.000 (0 of 1) | 1.000 (0 of 1) | 0.000 (1 of 1) | 0.000 (1 of 1) |" in out
+    # against AdamW at its best (2.03 on the seeds' means, AdamS's best 2.115): each cost + 0.085
+    assert "| below 50 | 1 | +4.085 | +1.085 | +0.085 | +0.085 |" in out
     assert (tmp_path / "start.png").stat().st_size > 0
 
 

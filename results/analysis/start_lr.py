@@ -12,8 +12,9 @@ best grid lr (what a user who tuned it on a grid holds); a start between two of 
 reads the line between them in log lr, and a start outside AdamS's grid is left blank (—).
 
 Prints one row per setting, fewest tokens per parameter first, then each start's worst cost and how
-many settings it left within 0.01 nats of AdamS's best, by band of tokens per parameter; draws the
-costs against tokens per parameter in OUT.png.
+many settings it left within 0.01 nats of AdamS's best, by band of tokens per parameter, and what
+AdamS at each start ended against AdamW at AdamW's best grid lr (the AdamW being replaced), by band;
+draws the costs against tokens per parameter in OUT.png.
 """
 
 from __future__ import annotations
@@ -81,18 +82,27 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     for s in rows:
         print(f"| {lr_ratio.tokens_per_param(s):,.1f} | {lr_ratio.label(s)} | {s['ratio_grid']:.3g} | "
               f"{' | '.join(cell(s['costs'][n]) for n in names)} | {s['seeds'][0]}, {s['seeds'][1]} |")
+    bands = [(band_name(lo, hi), [s for s in rows if lo <= lr_ratio.tokens_per_param(s) < hi]) for lo, hi in BANDS]
+    bands = [(name, here) for name, here in bands if here]
     print(f"\nEach start's worst cost, and in how many settings it came within {WITHIN:g} of AdamS's best, by tokens per parameter:\n")
     print(f"| tokens per parameter | settings | {' | '.join(names)} |")
     print("| --- | ---: |" + " --- |" * len(names))
-    for lo, hi in BANDS:
-        here = [s for s in rows if lo <= lr_ratio.tokens_per_param(s) < hi]
-        if not here:
-            continue
+    for band, here in bands:
         parts = []
         for n in names:
             got = [s["costs"][n] for s in here if math.isfinite(s["costs"][n])]
             parts.append(f"{max(got):.3f} ({sum(v <= WITHIN for v in got)} of {len(got)})" if got else "—")
-        print(f"| {band_name(lo, hi)} | {len(here)} | {' | '.join(parts)} |")
+        print(f"| {band} | {len(here)} | {' | '.join(parts)} |")
+    # the same starts against the AdamW the user tuned: the cost above plus AdamS's best minus AdamW's best
+    print("\nAdamS at each start minus AdamW at its best grid lr, lowest to highest (below 0: AdamS ahead of the tuned AdamW):\n")
+    print(f"| tokens per parameter | settings | {' | '.join(names)} |")
+    print("| --- | ---: |" + " --- |" * len(names))
+    for band, here in bands:
+        parts = []
+        for n in names:
+            got = sorted(s["costs"][n] + s["gap"] for s in here if math.isfinite(s["costs"][n]))
+            parts.append("—" if not got else f"{got[0]:+.3f}" if len(got) == 1 else f"{got[0]:+.3f} to {got[-1]:+.3f}")
+        print(f"| {band} | {len(here)} | {' | '.join(parts)} |")
     plot(rows, out_file(root / args.out, ".png"))
     return rows
 
