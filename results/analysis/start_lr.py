@@ -1,6 +1,6 @@
 """What each way of starting AdamS from a tuned AdamW's lr costs AdamS, in every lr scan at the paper's β.
 
-    python results/analysis/start_lr.py      # -> analysis/start_lr.png and the table in results/README.md
+    python results/analysis/start_lr.py      # -> analysis/start_lr.png and the tables in results/README.md
 
 Someone who has tuned AdamW and switches to AdamS has to pick AdamS's lr before, or instead of, a
 scan. README.md offers four starts: AdamW's best lr unchanged (the paper's advice), half of it, a
