@@ -251,9 +251,9 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
             seen.add(key)
             both_fitted = all(number(x[f"{o}_fitted_lr"]) for x, o in ((r, "adams"), (adamw, "adamw")))
             setting = r["params"], r["batch_tokens"], r["steps"]
-            adamw_curve = curves[(*setting, "adamw", REFERENCE_BETAS)]
-            wide = wide_fit(curves[(*setting, "adams", betas)]), wide_fit(adamw_curve)
-            crossing = carry_over(adamw_curve, curves[(*setting, "adams", betas)])
+            adamw_curve, adams_curve = curves[(*setting, "adamw", REFERENCE_BETAS)], curves[(*setting, "adams", betas)]
+            wide = wide_fit(adams_curve), wide_fit(adamw_curve)
+            crossing = carry_over(adamw_curve, adams_curve)
             out.append(dict(
                 varied=varied, text=text, params=int(r["params"]), batch_tokens=int(r["batch_tokens"]),
                 steps=int(r["steps"]), betas=betas, ratio=optimum(r, "adams") / optimum(adamw, "adamw"), fitted=both_fitted,
@@ -264,8 +264,8 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
                 carry=crossing and (crossing[0], crossing[1] / optimum(adamw, "adamw"),
                                     crossing[2] - float(adamw["adamw_best_loss"])),
                 edge=low_edge(adamw_curve, within) / optimum(adamw, "adamw"),
-                same_lr=at_adamw_best(adamw_curve, curves[(*setting, "adams", betas)]),
-                curves=(adamw_curve, curves[(*setting, "adams", betas)]),  # each grid's (lr, mean loss), for start_lr.py
+                same_lr=at_adamw_best(adamw_curve, adams_curve),
+                curves=(adamw_curve, adams_curve),  # each grid's (lr, mean loss), for start_lr.py
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))
     if not out:
