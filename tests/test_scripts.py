@@ -605,6 +605,9 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_rati
     # 4 + 2.115 and 9 + 2.115 (AdamS's seed means), against AdamW's 2.03 there
     assert rows[0]["same_lr"] == pytest.approx(4.085) and rows[1]["same_lr"] == pytest.approx(9.085)
     assert "| +9.085 | 2, 2 |" in out
+    # the tokens figure's crossing panel draws a crossing, and leaves a bound (no crossing in the grids) to its marker
+    assert lr_ratio.crossing(rows[0]) == pytest.approx(2 ** (0.97875 - 2))
+    assert math.isnan(lr_ratio.crossing(dict(carry=("<", 0.33, math.nan)))) and math.isnan(lr_ratio.crossing(dict(carry=None)))
     assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
     assert (tmp_path / "results/analysis/lr_ratio_tokens.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):

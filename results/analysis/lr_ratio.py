@@ -35,8 +35,9 @@ for every setting where both optimizers' lr grids were scanned, prints and plots
 
 A second figure, OUT_tokens.png, puts the settings at the paper's β against tokens per parameter
 (tokens per step × steps ÷ parameters): AdamS's best lr over AdamW's, what AdamW's best lr costs
-AdamS, and AdamS's gap at its own best; a line joins one model's runs of different lengths, named by
-its size at the longest.
+AdamS, AdamS's gap at its own best, and how far AdamW's lr carries over (the crossing over AdamW's
+best; 1 is the paper's "same lr" at AdamW's optimum, a triangle a bound where the curves do not
+cross); a line joins one model's runs of different lengths, named by its size at the longest.
 
 A setting that was scanned by more than one table (the 600-step 0.82M grid is both a run length and
 a width) is shown once. AdamS rows at another β2 than AdamW's reuse the same table's AdamW grid at
@@ -389,6 +390,12 @@ def size(params: int) -> str:
     return f"{params / 1e3:.0f}K" if params < 5e5 else f"{params / 1e6:.2g}M" if params < 1e7 else f"{params / 1e6:.0f}M"
 
 
+def crossing(s: dict) -> float:
+    """Where AdamS at AdamW's lr stops being level or ahead, over AdamW's best; NaN where only a bound is known."""
+    kind, at, _ = s["carry"] or ("", math.nan, math.nan)
+    return at if kind == "=" else math.nan
+
+
 def plot_tokens(rows: list[dict], path: Path) -> None:
     """The settings at the paper's β against tokens per parameter: does a longer run bring AdamS to AdamW's lr?"""
     import matplotlib
@@ -401,12 +408,13 @@ def plot_tokens(rows: list[dict], path: Path) -> None:
         return
     scans = list(dict.fromkeys(s["varied"] for s in rows))
     colors = {v: f"C{i}" for i, v in enumerate(scans)}
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharex=True)
+    panels = {"ratio": lambda s: s["ratio"], "same_lr": lambda s: s["same_lr"], "gap": lambda s: s["gap"], "carry": crossing}
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.6), sharex=True)
     for group in lengths(rows):  # one model at several lengths: a thin line through its points, named at its end
         scans_here = {s["varied"] for s in group}  # in the scan's colour, grey where it joins several scans
         c, x = colors[group[0]["varied"]] if len(scans_here) == 1 else "0.45", [tokens_per_param(s) for s in group]
-        for ax, key in zip(axes, ("ratio", "same_lr", "gap")):
-            points = [(xi, s[key]) for xi, s in zip(x, group) if math.isfinite(s[key])]
+        for ax, value in zip(axes, panels.values()):
+            points = [(xi, value(s)) for xi, s in zip(x, group) if math.isfinite(value(s))]
             if points:
                 ax.plot(*zip(*points), "-", color=c, lw=0.9, alpha=0.6)
                 ax.annotate(size(group[0]["params"]), points[-1], xytext=(5, 0), textcoords="offset points",
@@ -416,6 +424,9 @@ def plot_tokens(rows: list[dict], path: Path) -> None:
         axes[0].plot(x, s["ratio"], "o" if s["fitted"] else "s", color=c, mfc=c if s["fitted"] else "white", ms=7)
         axes[1].plot(x, s["same_lr"], "o", color=c, ms=7)  # NaN where AdamS's grid does not reach: not drawn
         axes[2].errorbar(x, s["gap"], yerr=s["gap_std"] or None, fmt="o", color=c, capsize=3, ms=6)
+        kind, at, _ = s["carry"] or ("", math.nan, math.nan)
+        if kind:  # a triangle points the way the crossing lies past a bound
+            axes[3].plot(x, at, {"=": "o", "<": "v", ">": "^"}[kind], color=c, mfc=c if kind == "=" else "white", ms=7)
     axes[0].axhline(1, color="black", lw=1.2, ls="--")
     axes[0].text(0.03, 0.97, "the paper: 1", transform=axes[0].transAxes, va="top", fontsize=8)
     axes[0].set(yscale="log", ylim=(0.1, 1.3), ylabel="AdamS's best lr ÷ AdamW's",
@@ -425,10 +436,16 @@ def plot_tokens(rows: list[dict], path: Path) -> None:
     axes[0].set_yticks([], minor=True)
     axes[1].set(ylabel="nats", title="AdamS at AdamW's best lr − AdamW there:\nwhat the paper's same lr costs")
     axes[2].set(ylabel="nats", title="AdamS at its best lr − AdamW at its best\n(± seed std)")
+    axes[3].axhline(1, color="black", lw=1.2, ls="--")
+    axes[3].text(0.03, 0.97, "1: AdamW's own best lr", transform=axes[3].transAxes, va="top", fontsize=8)
+    axes[3].set(yscale="log", ylim=(0.1, 2.5), ylabel="÷ AdamW's best lr",
+                title="AdamW's lr carries over up to\n(AdamS level or ahead below; ▽ △ bounds)")
+    axes[3].set_yticks((*ticks, 2), [f"{t:g}" for t in (*ticks, 2)])
+    axes[3].set_yticks([], minor=True)
     for ax in axes:
         ax.set(xscale="log", xlabel="tokens per parameter (tokens per step × steps ÷ parameters)")
         ax.grid(alpha=0.3)
-    for ax in axes[1:]:
+    for ax in axes[1:3]:
         ax.axhline(0, color="black", lw=1.2, ls="--")
     handles = [plt.Line2D([], [], marker="o", ls="", color=colors[v], label=v) for v in scans]
     fig.legend(handles=handles, title="what the scan varied", fontsize=8, loc="lower center", ncol=len(scans),
