@@ -4,7 +4,7 @@
     python results/analysis/lr_ratio.py --tables results/lr_transfer_tiny.csv --out results/analysis/lr_ratio_tiny
 
 Reads the tables that scripts/lr_transfer.py wrote for each scan (SCANS below: batch size, run
-length (also on models of 33K and 115K parameters, 25-1,600 tokens per parameter), width, architecture (Llama),
+length (also on models of 10K-115K parameters, 25-3,200 tokens per parameter), width (to 427K), architecture (Llama),
 vocabulary, AdamS's β2, GPT-2 Small on one H100 or H200 at 32,768 and 491,520 tokens per step) and,
 for every setting where both optimizers' lr grids were scanned, prints and plots
 
@@ -66,10 +66,12 @@ SCANS = (
     ("results/lr_transfer_steps.csv", "run length", "bytes"),
     ("results/lr_transfer_tiny.csv", "run length", "bytes"),
     ("results/lr_transfer_w64_800.csv", "run length", "bytes"),
+    ("results/lr_transfer_w32_800.csv", "run length", "bytes"),
     ("results/lr_transfer_size.csv", "width", "bytes"),
     ("results/lr_transfer_w128.csv", "width", "bytes"),
     ("results/lr_transfer_w128_200.csv", "width", "bytes"),
     ("results/lr_transfer_w128_400.csv", "width", "bytes"),
+    ("results/lr_transfer_w16.csv", "width", "bytes"),
     ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_8k.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_32k.csv", "architecture", "bytes, Llama"),
