@@ -31,6 +31,11 @@ def start_lr():
 
 
 @pytest.fixture(scope="session")
+def crossing_fit():
+    return analysis_module("crossing_fit")
+
+
+@pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """data_dir holding dataset 'tiny': ~200 KB of standard-library source as byte tokens."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])

@@ -67,3 +67,14 @@ def test_results_readme_holds_the_tables_start_lr_prints(tmp_path, capsys, start
     assert len(tables) == 3
     for table in tables:
         assert table in results, "results/README.md's start_lr tables are stale: paste python results/analysis/start_lr.py's tables"
+
+
+def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, crossing_fit):
+    # results/README.md's "When AdamW's lr carries over" fit line and tables are crossing_fit.py's output
+    crossing_fit.main(["--out", str(tmp_path / "crossing_fit"), "--params", "820352", "--params", "124e6"])
+    out = capsys.readouterr().out
+    results = (REPO / "results/README.md").read_text()
+    blocks = [block.strip() for block in out.split("\n\n") if block.startswith(("|", "log2 crossing"))]
+    assert len(blocks) == 3
+    for block in blocks:
+        assert block in results, "results/README.md's crossing_fit tables are stale: paste python results/analysis/crossing_fit.py's output"

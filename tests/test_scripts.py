@@ -1183,3 +1183,50 @@ def test_val_windows_scores_a_checkpoint_on_each_seeds_validation_windows(data_d
         val_windows.main([str(tmp_path), "--out", str(tmp_path / "x")])
     with pytest.raises(SystemExit, match="is not a list of seeds"):
         val_windows.main([str(out), "--seeds", "a-b", "--out", str(tmp_path / "x")])
+
+
+def test_crossing_fit_standard_errors_match_a_two_by_two_worked_by_hand(crossing_fit):
+    # log2 tpp and log2 params at 0 and 1, a 2x2 design: X'X = [[4,2,2],[2,2,1],[2,1,2]], det 4, so
+    # (X'X)^-1 has 3/4, 1, 1 on its diagonal. y = 1 + 0.5 x1 + 0.25 x2 + e(1,-1,-1,1): the fit returns the
+    # coefficients exactly, the residuals are +-e, s^2 = 4e^2 / 1, se(a) = sqrt(3)e, se(b) = se(c) = 2e
+    e, x1, x2 = 0.1, np.array([0, 1, 0, 1]), np.array([0, 0, 1, 1])
+    y = 1 + 0.5 * x1 + 0.25 * x2 + e * np.array([1, -1, -1, 1])
+    f = crossing_fit.fit(2.0**x1, 2.0**x2, 2.0**y)
+    assert f["coef"] == pytest.approx([1, 0.5, 0.25]) and f["n"] == 4
+    assert f["sd"] == pytest.approx(2 * e) and f["se"] == pytest.approx([math.sqrt(3) * e, 2 * e, 2 * e])
+    with pytest.raises(SystemExit, match="four or more"):
+        crossing_fit.fit(2.0**x1[:3], 2.0**x2[:3], 2.0**y[:3])
+
+
+def crossing_row(lr_ratio, params, tpp, crossing, text="bytes", batch=2048, betas=(0.9, 0.95), kind="="):
+    """A setting as lr_ratio.settings returns it, with only what crossing_fit reads."""
+    return dict(params=params, batch_tokens=batch, steps=tpp * params / batch, text=text, betas=betas,
+                carry=(kind, crossing, 0.0), seeds=(3, 3))
+
+
+def test_crossing_fit_recovers_an_exact_power_law_and_solves_for_crossing_one(monkeypatch, capsys, tmp_path, crossing_fit):
+    # log2 crossing = -9 + 0.5 log2 tpp + 0.3 log2 params at params 2^13, 2^15, 2^17 and tpp 2^7, 2^9, 2^11;
+    # crossing 1 at log2 tpp = (9 - 0.3 m) / 0.5: 2^10.2 = 1,176, 2^9 = 512, 2^7.8 = 223, and 2^6 = 64 at 2^20
+    law = lambda p, t: 2 ** (-9 + 0.5 * math.log2(t) + 0.3 * math.log2(p))  # noqa: E731
+    lr_ratio = crossing_fit.lr_ratio
+    rows = [crossing_row(lr_ratio, 2**m, 2**k, law(2**m, 2**k)) for m in (13, 15, 17) for k in (7, 9, 11)]
+    # left out: a short run, a Llama, a bound, another batch, another beta2, a 0.82M model
+    rows += [crossing_row(lr_ratio, 2**15, 25, 0.3), crossing_row(lr_ratio, 2**15, 512, 3.0, text="bytes, Llama"),
+             crossing_row(lr_ratio, 2**15, 256, 0.2, kind="<"), crossing_row(lr_ratio, 2**15, 256, 0.2, batch=32768),
+             crossing_row(lr_ratio, 2**15, 256, 0.2, betas=(0.9, 0.99)), crossing_row(lr_ratio, 820352, 120, 0.3)]
+    monkeypatch.setattr(lr_ratio, "settings", lambda root, scans, rbar: rows)
+    got = crossing_fit.main(["--out", str(tmp_path / "fit"), "--params", str(2**20)])
+    assert got["fit"]["coef"] == pytest.approx([-9, 0.5, 0.3]) and got["fit"]["n"] == 9 and len(got["held"]) == 3
+    assert crossing_fit.tpp_at_one(got["fit"], 2**13) == pytest.approx(2**10.2)
+    for held in got["held"].values():  # the law is exact, so each width is predicted from the other two
+        assert held["coef"] == pytest.approx([-9, 0.5, 0.3])
+    out = capsys.readouterr().out
+    assert "| 33K | 512 | 1.00 | 1.00 | 1.00 | 3, 3 |" in out and "| 8K | 128 | 0.33 | 0.33 | 0.33 | 3, 3 |" in out
+    assert "| 33K | 128-512 | 512 (512-512) | 512 |" in out and "| 8K | 512-2,048 | 1,176 (1,176-1,176) | 1,176 |" in out
+    assert "1M parameters: the fit puts crossing 1 at 64 tokens per parameter (64-64 at ± 1 sd; an extrapolation" in out
+    assert out.count("\n| ") == 2 + 9 + 2 + 3 and (tmp_path / "fit.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="positive number"):
+        crossing_fit.main(["--out", str(tmp_path / "fit"), "--params", "-1"])
+    monkeypatch.setattr(lr_ratio, "settings", lambda root, scans, rbar: rows[:3])
+    with pytest.raises(SystemExit, match="two or more model sizes"):
+        crossing_fit.main(["--out", str(tmp_path / "fit")])

@@ -1,0 +1,187 @@
+"""At what run length does AdamW's lr carry over to AdamS? A fit over the small models' lr scans.
+
+    python results/analysis/crossing_fit.py                   # -> analysis/crossing_fit.png and the tables in results/README.md
+    python results/analysis/crossing_fit.py --params 2e6      # also: the fit's run length for a model of that size
+
+The crossing (lr_ratio.py) is the highest lr at which AdamS ended at or below AdamW at the same lr,
+over AdamW's fitted best lr: below it the paper's "same hyperparameters" cost AdamS nothing, and at
+1 they hold at AdamW's own optimum. On the 2-layer GPTs of width 16-128 (10K-427K parameters, bytes,
+2,048 tokens per step, β = (0.9, 0.95)) it rose with run length and with width. This fits, by least
+squares in base-2 logs, over every such setting at MIN_TPP tokens per parameter or more whose two
+curves cross,
+
+    log2 crossing = a + b·log2(tokens per parameter) + c·log2(parameters)
+
+and prints the fit with its standard errors and residual spread, each setting's residual, and a
+leave-one-width-out check: the fit from the other widths predicting the held-out width's crossings,
+the first of them an extrapolation below the fitted sizes and the last one above. Solving crossing = 1
+gives the run length at which AdamW's lr reaches AdamW's optimum,
+
+    tokens per parameter* = 2 ** (-(a + c·log2(parameters)) / b).
+
+Below MIN_TPP the crossing stopped falling (0.18-0.46× of AdamW's best from 0.2 to 25 tokens per
+parameter on every model; results/README.md, "How far AdamW's lr carries over"), so the fit is not
+meant for short runs, nor, beyond the widths it saw, for other sizes: --params prints its answer for
+any size, marked as an extrapolation outside 10K-427K.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "results" / "analysis"))
+
+import lr_ratio  # noqa: E402
+
+from scripts import out_file  # noqa: E402
+
+MIN_TPP = 90  # tokens per parameter: the runs sized for 100 (99.5-100.2) and longer
+FAMILY = dict(text="bytes", batch_tokens=2048, betas=lr_ratio.REFERENCE_BETAS, max_params=5e5)  # the 2-layer models
+
+
+def family(rows: list[dict]) -> list[dict]:
+    """The small 2-layer models' settings at MIN_TPP tokens per parameter or more whose curves cross."""
+    return [s for s in rows if s["text"] == FAMILY["text"] and s["batch_tokens"] == FAMILY["batch_tokens"]
+            and s["betas"] == FAMILY["betas"] and s["params"] < FAMILY["max_params"]
+            and lr_ratio.tokens_per_param(s) >= MIN_TPP and math.isfinite(lr_ratio.crossing(s))]
+
+
+def design(tpp, params) -> np.ndarray:
+    return np.column_stack([np.ones(len(tpp)), np.log2(tpp), np.log2(params)])
+
+
+def fit(tpp, params, crossing) -> dict:
+    """Least squares of log2 crossing on [1, log2 tokens per parameter, log2 parameters]: the coefficients
+    (a, b, c), their covariance and standard errors, and the residual standard deviation in octaves (n - 3
+    degrees of freedom)."""
+    x, y = design(tpp, params), np.log2(crossing)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    dof = len(y) - x.shape[1]
+    if dof < 1:
+        raise SystemExit(f"{len(y)} settings cannot fit three coefficients with a spread; the fit needs four or more")
+    resid = y - x @ coef
+    s2 = float(resid @ resid) / dof
+    cov = s2 * np.linalg.inv(x.T @ x)
+    return dict(coef=coef, cov=cov, se=np.sqrt(np.diag(cov)), sd=math.sqrt(s2), n=len(y))
+
+
+def predict(f: dict, tpp, params) -> np.ndarray:
+    return 2 ** (design(np.atleast_1d(tpp), np.atleast_1d(params)) @ f["coef"])
+
+
+def tpp_at_one(f: dict, params: float) -> float:
+    """Tokens per parameter at which the fitted crossing reaches 1 (AdamW's own optimum); NaN if it does not rise."""
+    a, b, c = f["coef"]
+    return 2 ** (-(a + c * math.log2(params)) / b) if b > 0 else math.nan
+
+
+def tpp_range(f: dict, params: float) -> tuple[float, float]:
+    """tpp_at_one ± one prediction standard deviation: the spread of a new setting's log2 crossing there (the
+    residual spread plus the coefficients' uncertainty, x·cov·x), turned into run length through the slope b."""
+    t = tpp_at_one(f, params)
+    x = design([t], [params])[0]
+    sd = math.sqrt(f["sd"] ** 2 + float(x @ f["cov"] @ x))
+    return t * 2 ** (-sd / f["coef"][1]), t * 2 ** (sd / f["coef"][1])
+
+
+def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="results/analysis/crossing_fit", help="the figure, as OUT.png")
+    parser.add_argument("--params", type=float, action="append", default=[],
+                        help="also print the fit's run length to crossing 1 for a model of this many parameters")
+    args = parser.parse_args(argv)
+    if any(p <= 0 for p in args.params):
+        raise SystemExit("--params takes a model's parameter count, a positive number such as 2e6")
+    rows = sorted(family(lr_ratio.settings(root, scans, rbar)), key=lambda s: (s["params"], lr_ratio.tokens_per_param(s)))
+    widths = sorted({s["params"] for s in rows})
+    if len(widths) < 2:
+        raise SystemExit("the fit needs crossings at two or more model sizes; run lr_transfer over the small models' scans")
+    tpp = np.array([lr_ratio.tokens_per_param(s) for s in rows])
+    params = np.array([float(s["params"]) for s in rows])
+    crossing = np.array([lr_ratio.crossing(s) for s in rows])
+    f = fit(tpp, params, crossing)
+    (a, b, c), (sa, sb, sc) = f["coef"], f["se"]
+    print(f"log2 crossing = {a:.2f} (± {sa:.2f}) + {b:.3f} (± {sb:.3f}) · log2(tokens per parameter) "
+          f"+ {c:.3f} (± {sc:.3f}) · log2(parameters)")
+    print(f"over {f['n']} settings at {MIN_TPP}+ tokens per parameter on models of {lr_ratio.size(widths[0])}-"
+          f"{lr_ratio.size(widths[-1])} parameters; residual spread {f['sd']:.2f} octaves (×{2 ** f['sd']:.2f})\n")
+
+    held = {}  # each width's crossings predicted by the fit from the other widths
+    for w in widths:
+        mine = params == w
+        if len({p for p in params[~mine]}) >= 2 and (~mine).sum() >= 4:
+            held[w] = fit(tpp[~mine], params[~mine], crossing[~mine])
+    print("| parameters | tokens per parameter | crossing | fit | fit without this width | seeds (AdamW, AdamS) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for s, t, p, x in zip(rows, tpp, params, crossing):
+        out = f"{predict(held[p], t, p)[0]:.2f}" if p in held else "—"
+        print(f"| {lr_ratio.size(s['params'])} | {t:,.0f} | {x:.2f} | {predict(f, t, p)[0]:.2f} | {out} | "
+              f"{s['seeds'][0]}, {s['seeds'][1]} |")
+
+    print("\nRun length at which the fitted crossing reaches AdamW's optimum (crossing 1), in tokens per parameter:\n")
+    print("| parameters | measured bracket | fit (± 1 sd of a new setting) | fit without this width |")
+    print("| --- | --- | ---: | ---: |")
+    for w in widths:
+        mine = sorted((t, x) for t, p, x in zip(tpp, params, crossing) if p == w)
+        below = [t for t, x in mine if x < 1]
+        above = [t for t, x in mine if x >= 1]
+        bracket = (f"{max(below):,.0f}-{min(above):,.0f}" if below and above else
+                   f"beyond {max(below):,.0f}" if below else f"at or below {min(above):,.0f}")
+        out = f"{tpp_at_one(held[w], w):,.0f}" if w in held else "—"
+        lo, hi = tpp_range(f, w)
+        print(f"| {lr_ratio.size(w)} | {bracket} | {tpp_at_one(f, w):,.0f} ({lo:,.0f}-{hi:,.0f}) | {out} |")
+    for p in args.params:
+        inside = widths[0] <= p <= widths[-1]
+        lo, hi = tpp_range(f, p)
+        print(f"\n{lr_ratio.size(int(p))} parameters: the fit puts crossing 1 at {tpp_at_one(f, p):,.0f} tokens per parameter "
+              f"({lo:,.0f}-{hi:,.0f} at ± 1 sd" + (")" if inside else f"; an extrapolation: the fit saw "
+                                                    f"{lr_ratio.size(widths[0])}-{lr_ratio.size(widths[-1])}, 2 layers)"))
+    plot(rows, f, held, out_file(root / args.out, ".png"))
+    return dict(fit=f, held=held, rows=rows)
+
+
+def plot(rows: list[dict], f: dict, held: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    widths = sorted({s["params"] for s in rows})
+    colors = dict(zip(widths, plt.cm.viridis(np.linspace(0, 0.85, len(widths)))))
+    for w in widths:
+        mine = [s for s in rows if s["params"] == w]
+        x = [lr_ratio.tokens_per_param(s) for s in mine]
+        span = np.geomspace(min(x) / 1.5, max(x) * 1.5, 30)  # the lines stay near the lengths each width ran
+        ax.plot(x, [lr_ratio.crossing(s) for s in mine], "o", color=colors[w], ms=7, label=f"{lr_ratio.size(w)} parameters")
+        ax.plot(span, predict(f, span, np.full_like(span, w)), "-", color=colors[w], lw=1)
+        if w in held:
+            ax.plot(span, predict(held[w], span, np.full_like(span, w)), ":", color=colors[w], lw=1)
+    ax.axhline(1, color="black", lw=1.2, ls="--")
+    ax.text(MIN_TPP / 1.5, 1.04, "1: AdamW's lr carries over up to AdamW's own optimum", fontsize=8)
+    ax.set(xscale="log", yscale="log", xlabel="tokens per parameter (tokens per step × steps ÷ parameters)",
+           ylabel="AdamW's lr carries over up to (÷ AdamW's best lr)",
+           title="where AdamS at AdamW's lr stops being level or ahead, against run length\n"
+                 "solid: the fit over all widths; dotted: the fit without that width")
+    ax.set_xticks([100, 200, 400, 800, 1600, 3200])
+    ax.set_yticks([0.25, 0.35, 0.5, 0.7, 1, 1.4, 2])
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
