@@ -2,8 +2,8 @@
 
     from optim import AdamS
     optimizer = AdamS(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    # a quarter of a tuned AdamW lr, for a short run; from ~200-400 tokens per parameter on, start at
-    # AdamW's lr and check half of it: the README's "Picking AdamS's learning rate"
+    # a quarter of a tuned AdamW lr, for a run under ~200 tokens per parameter; from ~400 on, half of
+    # it, checking AdamW's lr and a quarter: the README's "Picking AdamS's learning rate"
 """
 
 from __future__ import annotations

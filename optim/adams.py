@@ -65,11 +65,13 @@ class AdamS(MomentumOnlyOptimizer):
     SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged; in
     our measurements (results/README.md) its steps were ~4x longer than AdamW's at the same
     learning rate at every batch size tried, and its best lr a quarter to two fifths of AdamW's
-    best in most settings (0.44-0.65x on the longest runs of a 427K-parameter model):
+    best in 35 of 43 scans (0.43-0.65x in the rest: the longest runs of the 10K, 115K and 427K models and
+    a small Llama at larger batches):
     ``python -m scripts.noise_scale`` on a short AdamW run estimates the factor for your model.
-    On runs of 200-400 tokens per parameter or more AdamW's lr cost AdamS little, so there start
-    at it and check half of it
-    (the README's "Picking AdamS's learning rate").
+    Under ~200 tokens per parameter start at a quarter of a tuned AdamW lr; from ~400 on at half of
+    it (within 0.01 nats of AdamS's best in all ten such scans), checking AdamW's lr itself, which
+    carried over only on long runs, the longer the smaller the model (the README's "Picking AdamS's
+    learning rate"; ``results/analysis/crossing_fit.py``).
 
     At step t = 1, 2, … with bc = 1 − β1^t (``bias_correction=True``) or bc = 1 (``False``),
     and m the momentum before this step:
