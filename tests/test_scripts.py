@@ -1198,6 +1198,13 @@ def test_crossing_fit_standard_errors_match_a_two_by_two_worked_by_hand(crossing
         crossing_fit.fit(2.0**x1[:3], 2.0**x2[:3], 2.0**y[:3])
 
 
+def test_crossing_fit_brackets_where_the_crossing_first_reaches_one(crossing_fit):
+    bracket = crossing_fit.measured_bracket
+    assert bracket([(100, 0.5), (200, 0.9), (400, 1.2)]) == "200-400"
+    assert bracket([(100, 0.5), (200, 1.1), (400, 0.9), (800, 1.3)]) == "100-200 (below 1 again at 400)"
+    assert bracket([(100, 0.5), (200, 0.9)]) == "beyond 200" and bracket([(1600, 1.0)]) == "at or below 1,600"
+
+
 def crossing_row(lr_ratio, params, tpp, crossing, text="bytes", batch=2048, betas=(0.9, 0.95), kind="="):
     """A setting as lr_ratio.settings returns it, with only what crossing_fit reads."""
     return dict(params=params, batch_tokens=batch, steps=tpp * params / batch, text=text, betas=betas,
@@ -1224,6 +1231,7 @@ def test_crossing_fit_recovers_an_exact_power_law_and_solves_for_crossing_one(mo
     assert "| 33K | 512 | 1.00 | 1.00 | 1.00 | 3, 3 |" in out and "| 8K | 128 | 0.33 | 0.33 | 0.33 | 3, 3 |" in out
     assert "| 33K | 128-512 | 512 (512-512) | 512 |" in out and "| 8K | 512-2,048 | 1,176 (1,176-1,176) | 1,176 |" in out
     assert "1M parameters: the fit puts crossing 1 at 64 tokens per parameter (64-64 at ± 1 sd; an extrapolation" in out
+    assert "left out, the curves not crossing where both grids ran: 33K at 256 tokens per parameter (< 0.20)" in out
     assert out.count("\n| ") == 2 + 9 + 2 + 3 and (tmp_path / "fit.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="positive number"):
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--params", "-1"])

@@ -2,6 +2,7 @@
 
     python results/analysis/crossing_fit.py                   # -> analysis/crossing_fit.png and the tables in results/README.md
     python results/analysis/crossing_fit.py --params 2e6      # also: the fit's run length for a model of that size
+    python results/analysis/crossing_fit.py --tables results/analysis/crossing_seeds/seed1.csv   # one seed's crossings
 
 The crossing (lr_ratio.py) is the highest lr at which AdamS ended at or below AdamW at the same lr,
 over AdamW's fitted best lr: below it the paper's "same hyperparameters" cost AdamS nothing, and at
@@ -47,10 +48,10 @@ FAMILY = dict(text="bytes", batch_tokens=2048, betas=lr_ratio.REFERENCE_BETAS, m
 
 
 def family(rows: list[dict]) -> list[dict]:
-    """The small 2-layer models' settings at MIN_TPP tokens per parameter or more whose curves cross."""
+    """The small 2-layer models' settings at MIN_TPP tokens per parameter or more, crossing or not."""
     return [s for s in rows if s["text"] == FAMILY["text"] and s["batch_tokens"] == FAMILY["batch_tokens"]
             and s["betas"] == FAMILY["betas"] and s["params"] < FAMILY["max_params"]
-            and lr_ratio.tokens_per_param(s) >= MIN_TPP and math.isfinite(lr_ratio.crossing(s))]
+            and lr_ratio.tokens_per_param(s) >= MIN_TPP]
 
 
 def design(tpp, params) -> np.ndarray:
@@ -91,15 +92,33 @@ def tpp_range(f: dict, params: float) -> tuple[float, float]:
     return t * 2 ** (-sd / f["coef"][1]), t * 2 ** (sd / f["coef"][1])
 
 
+def measured_bracket(runs: list[tuple[float, float]]) -> str:
+    """Between which two run lengths (tokens per parameter, crossing), shortest first, the crossing first
+    reached 1; and where a longer run fell below 1 again, which."""
+    first = next((i for i, (_, x) in enumerate(runs) if x >= 1), None)
+    if first is None:
+        return f"beyond {runs[-1][0]:,.0f}"
+    text = f"at or below {runs[0][0]:,.0f}" if first == 0 else f"{runs[first - 1][0]:,.0f}-{runs[first][0]:,.0f}"
+    again = [t for t, x in runs[first + 1:] if x < 1]
+    return text + (f" (below 1 again at {', '.join(f'{t:,.0f}' for t in again)})" if again else "")
+
+
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="results/analysis/crossing_fit", help="the figure, as OUT.png")
     parser.add_argument("--params", type=float, action="append", default=[],
                         help="also print the fit's run length to crossing 1 for a model of this many parameters")
+    parser.add_argument("--tables", nargs="+", metavar="CSV",
+                        help="lr_transfer tables of the small models' runs (each with its _points.csv), e.g. one seed's, "
+                             "instead of the scans listed in lr_ratio.SCANS")
     args = parser.parse_args(argv)
+    if args.tables:
+        scans = tuple((str(Path(table).resolve()), Path(table).stem, FAMILY["text"]) for table in args.tables)
     if any(p <= 0 for p in args.params):
         raise SystemExit("--params takes a model's parameter count, a positive number such as 2e6")
     rows = sorted(family(lr_ratio.settings(root, scans, rbar)), key=lambda s: (s["params"], lr_ratio.tokens_per_param(s)))
+    bounds = [s for s in rows if not math.isfinite(lr_ratio.crossing(s))]  # the curves did not cross: a bound only
+    rows = [s for s in rows if s not in bounds]
     widths = sorted({s["params"] for s in rows})
     if len(widths) < 2:
         raise SystemExit("the fit needs crossings at two or more model sizes; run lr_transfer over the small models' scans")
@@ -111,7 +130,12 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     print(f"log2 crossing = {a:.2f} (± {sa:.2f}) + {b:.3f} (± {sb:.3f}) · log2(tokens per parameter) "
           f"+ {c:.3f} (± {sc:.3f}) · log2(parameters)")
     print(f"over {f['n']} settings at {MIN_TPP}+ tokens per parameter on models of {lr_ratio.size(widths[0])}-"
-          f"{lr_ratio.size(widths[-1])} parameters; residual spread {f['sd']:.2f} octaves (×{2 ** f['sd']:.2f})\n")
+          f"{lr_ratio.size(widths[-1])} parameters; residual spread {f['sd']:.2f} octaves (×{2 ** f['sd']:.2f})")
+    for s in bounds:
+        kind, at, _ = s["carry"] or ("none", math.nan, math.nan)
+        print(f"left out, the curves not crossing where both grids ran: {lr_ratio.size(s['params'])} at "
+              f"{lr_ratio.tokens_per_param(s):,.0f} tokens per parameter ({kind} {at:.2f})")
+    print()
 
     held = {}  # each width's crossings predicted by the fit from the other widths
     for w in widths:
@@ -129,11 +153,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     print("| parameters | measured bracket | fit (± 1 sd of a new setting) | fit without this width |")
     print("| --- | --- | ---: | ---: |")
     for w in widths:
-        mine = sorted((t, x) for t, p, x in zip(tpp, params, crossing) if p == w)
-        below = [t for t, x in mine if x < 1]
-        above = [t for t, x in mine if x >= 1]
-        bracket = (f"{max(below):,.0f}-{min(above):,.0f}" if below and above else
-                   f"beyond {max(below):,.0f}" if below else f"at or below {min(above):,.0f}")
+        bracket = measured_bracket(sorted((t, x) for t, p, x in zip(tpp, params, crossing) if p == w))
         out = f"{tpp_at_one(held[w], w):,.0f}" if w in held else "—"
         lo, hi = tpp_range(f, w)
         print(f"| {lr_ratio.size(w)} | {bracket} | {tpp_at_one(f, w):,.0f} ({lo:,.0f}-{hi:,.0f}) | {out} |")
