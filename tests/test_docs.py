@@ -70,11 +70,12 @@ def test_results_readme_holds_the_tables_start_lr_prints(tmp_path, capsys, start
 
 
 def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, crossing_fit):
-    # results/README.md's "When AdamW's lr carries over" fit line and tables are crossing_fit.py's output
-    crossing_fit.main(["--out", str(tmp_path / "crossing_fit"), "--params", "820352", "--params", "124e6"])
-    out = capsys.readouterr().out
+    # results/README.md's "When AdamW's lr carries over" fit lines and tables are crossing_fit.py's output, for the
+    # crossing and for the ratio of the optima
     results = (REPO / "results/README.md").read_text()
-    blocks = [block.strip() for block in out.split("\n\n") if block.startswith(("|", "log2 crossing"))]
-    assert len(blocks) == 3
-    for block in blocks:
-        assert block in results, "results/README.md's crossing_fit tables are stale: paste python results/analysis/crossing_fit.py's output"
+    for of in ("crossing", "ratio"):
+        crossing_fit.main(["--out", str(tmp_path / of), "--of", of, "--params", "820352", "--params", "124e6"])
+        blocks = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith(("|", "log2 "))]
+        assert len(blocks) == 3
+        for block in blocks:
+            assert block in results, f"results/README.md's crossing_fit --of {of} tables are stale: paste its output"

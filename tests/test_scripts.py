@@ -1235,6 +1235,15 @@ def test_crossing_fit_recovers_an_exact_power_law_and_solves_for_crossing_one(mo
     assert out.count("\n| ") == 2 + 9 + 2 + 3 and (tmp_path / "fit.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="positive number"):
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--params", "-1"])
+    # --of ratio fits AdamS's best lr over AdamW's instead: here a quarter of the law everywhere (the bound row
+    # has a ratio too), so the same slopes, a 2 lower, and ratio 1 at 2^(2 / 0.5) = 16x the run
+    for s in rows:
+        s["ratio"] = law(s["params"], lr_ratio.tokens_per_param(s)) / 4
+    got = crossing_fit.main(["--out", str(tmp_path / "ratio"), "--of", "ratio"])
+    assert got["fit"]["coef"] == pytest.approx([-11, 0.5, 0.3])
+    assert crossing_fit.tpp_at_one(got["fit"], 2**15) == pytest.approx(512 * 16)
+    out = capsys.readouterr().out
+    assert "log2 ratio = -11.00" in out and "| 33K | beyond 2,048 | 8,192 (8,192-8,192) | 8,192 |" in out
     monkeypatch.setattr(lr_ratio, "settings", lambda root, scans, rbar: rows[:3])
     with pytest.raises(SystemExit, match="two or more model sizes"):
         crossing_fit.main(["--out", str(tmp_path / "fit")])

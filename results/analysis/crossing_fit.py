@@ -3,6 +3,7 @@
     python results/analysis/crossing_fit.py                   # -> analysis/crossing_fit.png and the tables in results/README.md
     python results/analysis/crossing_fit.py --params 2e6      # also: the fit's run length for a model of that size
     python results/analysis/crossing_fit.py --tables results/analysis/crossing_seeds/seed1.csv   # one seed's crossings
+    python results/analysis/crossing_fit.py --of ratio --out results/analysis/ratio_fit   # AdamS's best lr ÷ AdamW's instead
 
 The crossing (lr_ratio.py) is the highest lr at which AdamS ended at or below AdamW at the same lr,
 over AdamW's fitted best lr: below it the paper's "same hyperparameters" cost AdamS nothing, and at
@@ -24,6 +25,9 @@ Below MIN_TPP the crossing stopped falling (0.18-0.46× of AdamW's best from 0.2
 parameter on every model; results/README.md, "How far AdamW's lr carries over"), so the fit is not
 meant for short runs, nor, beyond the widths it saw, for other sizes: --params prints its answer for
 any size, marked as an extrapolation outside 10K-427K.
+
+--of ratio fits AdamS's best lr over AdamW's (lr_ratio's parabola-fit ratio; 1 is the paper's "same
+lr") the same way, over the same settings.
 """
 
 from __future__ import annotations
@@ -44,6 +48,16 @@ import lr_ratio  # noqa: E402
 from scripts import out_file  # noqa: E402
 
 MIN_TPP = 90  # tokens per parameter: the runs sized for 100 (99.5-100.2) and longer
+# what is fitted: its name in the output, each setting's value, what reaching 1 means, the figure's y label, title
+# and note on the line at 1
+QUANTITIES = {
+    "crossing": ("crossing", lr_ratio.crossing, "AdamW's optimum (crossing 1)",
+                 "AdamW's lr carries over up to (÷ AdamW's best lr)",
+                 "where AdamS at AdamW's lr stops being level or ahead, against run length",
+                 "1: AdamW's lr carries over up to AdamW's own optimum"),
+    "ratio": ("ratio", lambda s: s["ratio"], "1 (AdamS's best lr at AdamW's, the paper's same lr)", "AdamS's best lr ÷ AdamW's best lr",
+              "AdamS's best lr over AdamW's (parabola fits), against run length", "1: the paper's same lr"),
+}
 FAMILY = dict(text="bytes", batch_tokens=2048, betas=lr_ratio.REFERENCE_BETAS, max_params=5e5)  # the 2-layer models
 
 
@@ -108,6 +122,8 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     parser.add_argument("--out", default="results/analysis/crossing_fit", help="the figure, as OUT.png")
     parser.add_argument("--params", type=float, action="append", default=[],
                         help="also print the fit's run length to crossing 1 for a model of this many parameters")
+    parser.add_argument("--of", choices=QUANTITIES, default="crossing",
+                        help="fit the crossing (default) or AdamS's best lr over AdamW's (ratio)")
     parser.add_argument("--tables", nargs="+", metavar="CSV",
                         help="lr_transfer tables of the small models' runs (each with its _points.csv), e.g. one seed's, "
                              "instead of the scans listed in lr_ratio.SCANS")
@@ -116,18 +132,19 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
         scans = tuple((str(Path(table).resolve()), Path(table).stem, FAMILY["text"]) for table in args.tables)
     if any(p <= 0 for p in args.params):
         raise SystemExit("--params takes a model's parameter count, a positive number such as 2e6")
+    name, value, one, *_ = quantity = QUANTITIES[args.of]
     rows = sorted(family(lr_ratio.settings(root, scans, rbar)), key=lambda s: (s["params"], lr_ratio.tokens_per_param(s)))
-    bounds = [s for s in rows if not math.isfinite(lr_ratio.crossing(s))]  # the curves did not cross: a bound only
+    bounds = [s for s in rows if not math.isfinite(value(s))]  # the curves did not cross: a bound only
     rows = [s for s in rows if s not in bounds]
     widths = sorted({s["params"] for s in rows})
     if len(widths) < 2:
-        raise SystemExit("the fit needs crossings at two or more model sizes; run lr_transfer over the small models' scans")
+        raise SystemExit(f"the fit needs {name}s at two or more model sizes; run lr_transfer over the small models' scans")
     tpp = np.array([lr_ratio.tokens_per_param(s) for s in rows])
     params = np.array([float(s["params"]) for s in rows])
-    crossing = np.array([lr_ratio.crossing(s) for s in rows])
+    crossing = np.array([value(s) for s in rows])
     f = fit(tpp, params, crossing)
     (a, b, c), (sa, sb, sc) = f["coef"], f["se"]
-    print(f"log2 crossing = {a:.2f} (± {sa:.2f}) + {b:.3f} (± {sb:.3f}) · log2(tokens per parameter) "
+    print(f"log2 {name} = {a:.2f} (± {sa:.2f}) + {b:.3f} (± {sb:.3f}) · log2(tokens per parameter) "
           f"+ {c:.3f} (± {sc:.3f}) · log2(parameters)")
     print(f"over {f['n']} settings at {MIN_TPP}+ tokens per parameter on models of {lr_ratio.size(widths[0])}-"
           f"{lr_ratio.size(widths[-1])} parameters; residual spread {f['sd']:.2f} octaves (×{2 ** f['sd']:.2f})")
@@ -142,14 +159,14 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
         mine = params == w
         if len({p for p in params[~mine]}) >= 2 and (~mine).sum() >= 4:
             held[w] = fit(tpp[~mine], params[~mine], crossing[~mine])
-    print("| parameters | tokens per parameter | crossing | fit | fit without this width | seeds (AdamW, AdamS) |")
+    print(f"| parameters | tokens per parameter | {name} | fit | fit without this width | seeds (AdamW, AdamS) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for s, t, p, x in zip(rows, tpp, params, crossing):
         out = f"{predict(held[p], t, p)[0]:.2f}" if p in held else "—"
         print(f"| {lr_ratio.size(s['params'])} | {t:,.0f} | {x:.2f} | {predict(f, t, p)[0]:.2f} | {out} | "
               f"{s['seeds'][0]}, {s['seeds'][1]} |")
 
-    print("\nRun length at which the fitted crossing reaches AdamW's optimum (crossing 1), in tokens per parameter:\n")
+    print(f"\nRun length at which the fitted {name} reaches {one}, in tokens per parameter:\n")
     print("| parameters | measured bracket | fit (± 1 sd of a new setting) | fit without this width |")
     print("| --- | --- | ---: | ---: |")
     for w in widths:
@@ -160,14 +177,14 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     for p in args.params:
         inside = widths[0] <= p <= widths[-1]
         lo, hi = tpp_range(f, p)
-        print(f"\n{lr_ratio.size(int(p))} parameters: the fit puts crossing 1 at {tpp_at_one(f, p):,.0f} tokens per parameter "
+        print(f"\n{lr_ratio.size(int(p))} parameters: the fit puts {name} 1 at {tpp_at_one(f, p):,.0f} tokens per parameter "
               f"({lo:,.0f}-{hi:,.0f} at ± 1 sd" + (")" if inside else f"; an extrapolation: the fit saw "
                                                     f"{lr_ratio.size(widths[0])}-{lr_ratio.size(widths[-1])}, 2 layers)"))
-    plot(rows, f, held, out_file(root / args.out, ".png"))
+    plot(rows, f, held, quantity, out_file(root / args.out, ".png"))
     return dict(fit=f, held=held, rows=rows)
 
 
-def plot(rows: list[dict], f: dict, held: dict, path: Path) -> None:
+def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,18 +197,16 @@ def plot(rows: list[dict], f: dict, held: dict, path: Path) -> None:
         mine = [s for s in rows if s["params"] == w]
         x = [lr_ratio.tokens_per_param(s) for s in mine]
         span = np.geomspace(min(x) / 1.5, max(x) * 1.5, 30)  # the lines stay near the lengths each width ran
-        ax.plot(x, [lr_ratio.crossing(s) for s in mine], "o", color=colors[w], ms=7, label=f"{lr_ratio.size(w)} parameters")
+        ax.plot(x, [quantity[1](s) for s in mine], "o", color=colors[w], ms=7, label=f"{lr_ratio.size(w)} parameters")
         ax.plot(span, predict(f, span, np.full_like(span, w)), "-", color=colors[w], lw=1)
         if w in held:
             ax.plot(span, predict(held[w], span, np.full_like(span, w)), ":", color=colors[w], lw=1)
     ax.axhline(1, color="black", lw=1.2, ls="--")
-    ax.text(MIN_TPP / 1.5, 1.04, "1: AdamW's lr carries over up to AdamW's own optimum", fontsize=8)
+    ax.text(MIN_TPP / 1.5, 1.04, quantity[5], fontsize=8)
     ax.set(xscale="log", yscale="log", xlabel="tokens per parameter (tokens per step × steps ÷ parameters)",
-           ylabel="AdamW's lr carries over up to (÷ AdamW's best lr)",
-           title="where AdamS at AdamW's lr stops being level or ahead, against run length\n"
-                 "solid: the fit over all widths; dotted: the fit without that width")
+           ylabel=quantity[3], title=f"{quantity[4]}\nsolid: the fit over all widths; dotted: the fit without that width")
     ax.set_xticks([100, 200, 400, 800, 1600, 3200])
-    ax.set_yticks([0.25, 0.35, 0.5, 0.7, 1, 1.4, 2])
+    ax.set_yticks([0.18, 0.25, 0.35, 0.5, 0.7, 1, 1.4, 2])
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
