@@ -1205,6 +1205,30 @@ def test_crossing_fit_brackets_where_the_crossing_first_reaches_one(crossing_fit
     assert bracket([(100, 0.5), (200, 0.9)]) == "beyond 200" and bracket([(1600, 1.0)]) == "at or below 1,600"
 
 
+def test_crossing_fit_check_places_a_new_setting_in_sd_of_a_prediction_worked_by_hand(monkeypatch, capsys, tmp_path, crossing_fit):
+    # the 2x2 design of the standard-error test, shifted to 2^7-2^8 tokens per parameter and 2^13-2^14 parameters
+    # (a shift moves only the intercept): s = 2e = 0.2 and (X'X)^-1 = [[3,-2,-2],[-2,4,0],[-2,0,4]] / 4 in the
+    # unshifted coordinates, so at the corner x = (1, 1, 1) a new setting's variance is s^2 (1 + x'(X'X)^-1 x)
+    # = 0.04 (1 + 3/4) = 0.07, around log2 1 + 0.5 + 0.25 = 1.75
+    e, lr_ratio = 0.1, crossing_fit.lr_ratio
+    fitted = [crossing_row(lr_ratio, 2 ** (13 + x2), 2 ** (7 + x1), 2 ** (1 + 0.5 * x1 + 0.25 * x2 + e * sign))
+              for x1, x2, sign in ((0, 0, 1), (1, 0, -1), (0, 1, -1), (1, 1, 1))]
+    sd = math.sqrt(0.07)
+    new = [crossing_row(lr_ratio, 2**14, 2**8, 2 ** (1.75 + sd)), crossing_row(lr_ratio, 2**14, 2**8, 0.2, kind="<"),
+           crossing_row(lr_ratio, 2**14, 25, 2**1.75)]
+    monkeypatch.setattr(lr_ratio, "settings", lambda root, scans, rbar: fitted if scans is lr_ratio.SCANS else new)
+    table = tmp_path / "new.csv"
+    table.write_text("")
+    got = crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(table)])["checked"]
+    assert got[0]["fit"] == pytest.approx(2**1.75) and got[0]["sd"] == pytest.approx(sd) and got[0]["z"] == pytest.approx(1.0)
+    assert got[1]["z"] is None and got[2]["z"] > 0  # a short run sits above the law (the floor)
+    out = capsys.readouterr().out
+    assert f"| {2 ** (1.75 + sd):.2f} | 3.36 | {2 ** (1.75 - sd):.2f}-{2 ** (1.75 + sd):.2f} | " in out and "| +1.0 | 3, 3 |" in out
+    assert "| < 0.20 | 3.36 |" in out and "| 25 (below the fit's range) |" in out
+    with pytest.raises(SystemExit, match="no lr_transfer table at"):
+        crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(tmp_path / "missing.csv")])
+
+
 def crossing_row(lr_ratio, params, tpp, crossing, text="bytes", batch=2048, betas=(0.9, 0.95), kind="="):
     """A setting as lr_ratio.settings returns it, with only what crossing_fit reads."""
     return dict(params=params, batch_tokens=batch, steps=tpp * params / batch, text=text, betas=betas,

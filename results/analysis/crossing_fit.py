@@ -4,6 +4,7 @@
     python results/analysis/crossing_fit.py --params 2e6      # also: the fit's run length for a model of that size
     python results/analysis/crossing_fit.py --tables results/analysis/crossing_seeds/seed1.csv   # one seed's crossings
     python results/analysis/crossing_fit.py --of ratio --out results/analysis/ratio_fit   # AdamS's best lr ÷ AdamW's instead
+    python results/analysis/crossing_fit.py --check results/lr_transfer_law_0.8m.csv     # a setting outside the fit, against it
 
 The crossing (lr_ratio.py) is the highest lr at which AdamS ended at or below AdamW at the same lr,
 over AdamW's fitted best lr: below it the paper's "same hyperparameters" cost AdamS nothing, and at
@@ -28,6 +29,10 @@ any size, marked as an extrapolation outside 10K-427K.
 
 --of ratio fits AdamS's best lr over AdamW's (lr_ratio's parabola-fit ratio; 1 is the paper's "same
 lr") the same way, over the same settings.
+
+--check reads other lr_transfer tables (a deeper model, another width: settings the fit did not see)
+and prints, for each setting in them, the measured value beside the fit's prediction with its ± 1
+and ± 2 sd bands for a new setting, and how many sd the measurement sits from it.
 """
 
 from __future__ import annotations
@@ -101,9 +106,35 @@ def tpp_range(f: dict, params: float) -> tuple[float, float]:
     """tpp_at_one ± one prediction standard deviation: the spread of a new setting's log2 crossing there (the
     residual spread plus the coefficients' uncertainty, x·cov·x), turned into run length through the slope b."""
     t = tpp_at_one(f, params)
-    x = design([t], [params])[0]
-    sd = math.sqrt(f["sd"] ** 2 + float(x @ f["cov"] @ x))
+    sd = prediction_sd(f, t, params)
     return t * 2 ** (-sd / f["coef"][1]), t * 2 ** (sd / f["coef"][1])
+
+
+def prediction_sd(f: dict, tpp: float, params: float) -> float:
+    """The spread, in octaves, of a new setting's log2 value at (tpp, params): the residual spread plus the
+    coefficients' uncertainty there, x·cov·x."""
+    x = design([tpp], [params])[0]
+    return math.sqrt(f["sd"] ** 2 + float(x @ f["cov"] @ x))
+
+
+def check(f: dict, settings: list[dict], quantity: tuple) -> list[dict]:
+    """Each setting's measured value against the fit: the prediction, its ± 1 and ± 2 sd bands, and the
+    measurement's distance from it in sd (None where the measurement is only a bound)."""
+    name, value = quantity[:2]
+    print(f"\n| setting | parameters | tokens per parameter | {name} measured | fit | ± 1 sd | ± 2 sd | measured − fit, in sd | seeds (AdamW, AdamS) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out = []
+    for s in settings:
+        t, p, x = lr_ratio.tokens_per_param(s), float(s["params"]), value(s)
+        mid, sd = float(predict(f, t, p)[0]), prediction_sd(f, t, p)
+        z = math.log2(x / mid) / sd if math.isfinite(x) and x > 0 else None
+        shown = f"{x:.2f}" if z is not None else f"{s['carry'][0]} {s['carry'][1]:.2f}" if s["carry"] else "no crossing"
+        below = " (below the fit's range)" if t < MIN_TPP else ""
+        print(f"| {lr_ratio.label(s)} | {lr_ratio.size(s['params'])} | {t:,.0f}{below} | {shown} | {mid:.2f} | "
+              f"{mid * 2 ** -sd:.2f}-{mid * 2 ** sd:.2f} | {mid * 2 ** (-2 * sd):.2f}-{mid * 2 ** (2 * sd):.2f} | "
+              f"{'—' if z is None else f'{z:+.1f}'} | {s['seeds'][0]}, {s['seeds'][1]} |")
+        out.append(dict(setting=lr_ratio.label(s), measured=x, fit=mid, sd=sd, z=z))
+    return out
 
 
 def measured_bracket(runs: list[tuple[float, float]]) -> str:
@@ -127,9 +158,15 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     parser.add_argument("--tables", nargs="+", metavar="CSV",
                         help="lr_transfer tables of the small models' runs (each with its _points.csv), e.g. one seed's, "
                              "instead of the scans listed in lr_ratio.SCANS")
+    parser.add_argument("--check", nargs="+", metavar="CSV", default=[],
+                        help="lr_transfer tables of settings the fit did not see, each read against the fit's prediction")
     args = parser.parse_args(argv)
     if args.tables:
         scans = tuple((str(Path(table).resolve()), Path(table).stem, FAMILY["text"]) for table in args.tables)
+    missing = [t for t in args.check if not Path(t).is_file()]
+    if missing:
+        raise SystemExit(f"--check: no lr_transfer table at {', '.join(missing)}; "
+                         "write one with python -m scripts.lr_transfer RUNS... --out PREFIX")
     if any(p <= 0 for p in args.params):
         raise SystemExit("--params takes a model's parameter count, a positive number such as 2e6")
     name, value, one, *_ = quantity = QUANTITIES[args.of]
@@ -180,8 +217,12 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
         print(f"\n{lr_ratio.size(int(p))} parameters: the fit puts {name} 1 at {tpp_at_one(f, p):,.0f} tokens per parameter "
               f"({lo:,.0f}-{hi:,.0f} at ± 1 sd" + (")" if inside else f"; an extrapolation: the fit saw "
                                                     f"{lr_ratio.size(widths[0])}-{lr_ratio.size(widths[-1])}, 2 layers)"))
+    checked = []
+    if args.check:
+        tables = tuple((str(Path(t).resolve()), Path(t).stem, FAMILY["text"]) for t in args.check)
+        checked = check(f, lr_ratio.settings(root, tables, rbar), quantity)
     plot(rows, f, held, quantity, out_file(root / args.out, ".png"))
-    return dict(fit=f, held=held, rows=rows)
+    return dict(fit=f, held=held, rows=rows, checked=checked)
 
 
 def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path) -> None:
