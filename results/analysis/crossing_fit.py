@@ -66,6 +66,11 @@ QUANTITIES = {
 FAMILY = dict(text="bytes", batch_tokens=2048, betas=lr_ratio.REFERENCE_BETAS, max_params=5e5)  # the 2-layer models
 
 
+def as_scans(tables: list[str]) -> tuple:
+    """lr_transfer tables given on the command line, in lr_ratio.SCANS's form."""
+    return tuple((str(Path(table).resolve()), Path(table).stem, FAMILY["text"]) for table in tables)
+
+
 def family(rows: list[dict]) -> list[dict]:
     """The small 2-layer models' settings at MIN_TPP tokens per parameter or more, crossing or not."""
     return [s for s in rows if s["text"] == FAMILY["text"] and s["batch_tokens"] == FAMILY["batch_tokens"]
@@ -162,7 +167,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
                         help="lr_transfer tables of settings the fit did not see, each read against the fit's prediction")
     args = parser.parse_args(argv)
     if args.tables:
-        scans = tuple((str(Path(table).resolve()), Path(table).stem, FAMILY["text"]) for table in args.tables)
+        scans = as_scans(args.tables)
     missing = [t for t in args.check if not Path(t).is_file()]
     if missing:
         raise SystemExit(f"--check: no lr_transfer table at {', '.join(missing)}; "
@@ -219,8 +224,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
                                                     f"{lr_ratio.size(widths[0])}-{lr_ratio.size(widths[-1])}, 2 layers)"))
     checked = []
     if args.check:
-        tables = tuple((str(Path(t).resolve()), Path(t).stem, FAMILY["text"]) for t in args.check)
-        checked = check(f, lr_ratio.settings(root, tables, rbar), quantity)
+        checked = check(f, lr_ratio.settings(root, as_scans(args.check), rbar), quantity)
     plot(rows, f, held, quantity, out_file(root / args.out, ".png"))
     return dict(fit=f, held=held, rows=rows, checked=checked)
 
