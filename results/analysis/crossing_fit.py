@@ -4,7 +4,7 @@
     python results/analysis/crossing_fit.py --params 2e6      # also: the fit's run length for a model of that size
     python results/analysis/crossing_fit.py --tables results/analysis/crossing_seeds/seed1.csv   # one seed's crossings
     python results/analysis/crossing_fit.py --of ratio --out results/analysis/ratio_fit   # AdamS's best lr ÷ AdamW's instead
-    python results/analysis/crossing_fit.py --check results/lr_transfer_law_0.8m.csv     # a setting outside the fit, against it
+    python results/analysis/crossing_fit.py --check results/lr_transfer_law_0.8m.csv --out results/analysis/law_check   # a setting outside the fit
 
 The crossing (lr_ratio.py) is the highest lr at which AdamS ended at or below AdamW at the same lr,
 over AdamW's fitted best lr: below it the paper's "same hyperparameters" cost AdamS nothing, and at
@@ -32,7 +32,8 @@ lr") the same way, over the same settings.
 
 --check reads other lr_transfer tables (a deeper model, another width: settings the fit did not see)
 and prints, for each setting in them, the measured value beside the fit's prediction with its ± 1
-and ± 2 sd bands for a new setting, and how many sd the measurement sits from it.
+and ± 2 sd bands for a new setting, and how many sd the measurement sits from it; the figure shows each
+as a red star on those bands (give it its own --out to keep the fit's figure as it is).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def check(f: dict, settings: list[dict], quantity: tuple) -> list[dict]:
         print(f"| {lr_ratio.label(s)} | {lr_ratio.size(s['params'])} | {t:,.0f}{below} | {shown} | {mid:.2f} | "
               f"{mid * 2 ** -sd:.2f}-{mid * 2 ** sd:.2f} | {mid * 2 ** (-2 * sd):.2f}-{mid * 2 ** (2 * sd):.2f} | "
               f"{'—' if z is None else f'{z:+.1f}'} | {s['seeds'][0]}, {s['seeds'][1]} |")
-        out.append(dict(setting=lr_ratio.label(s), measured=x, fit=mid, sd=sd, z=z))
+        out.append(dict(setting=lr_ratio.label(s), params=p, tpp=t, measured=x, fit=mid, sd=sd, z=z))
     return out
 
 
@@ -225,11 +226,13 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     checked = []
     if args.check:
         checked = check(f, lr_ratio.settings(root, as_scans(args.check), rbar), quantity)
-    plot(rows, f, held, quantity, out_file(root / args.out, ".png"))
+    plot(rows, f, held, quantity, out_file(root / args.out, ".png"), checked)
     return dict(fit=f, held=held, rows=rows, checked=checked)
 
 
-def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path) -> None:
+def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, checked: list[dict] = ()) -> None:
+    """The fitted settings with the law per width (solid) and per held-out width (dotted); each --check setting
+    as a red star, with the law at its size and the ± 1 and ± 2 sd bands of a new setting shaded around it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,12 +249,27 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path) -> 
         ax.plot(span, predict(f, span, np.full_like(span, w)), "-", color=colors[w], lw=1)
         if w in held:
             ax.plot(span, predict(held[w], span, np.full_like(span, w)), ":", color=colors[w], lw=1)
+    stars = [c for c in checked if c["z"] is not None]  # a bound has no point to draw
+    for c in checked:
+        span = np.geomspace(c["tpp"] / 2, c["tpp"] * 2, 30)
+        mid = predict(f, span, np.full_like(span, c["params"]))
+        sd = np.array([prediction_sd(f, t, c["params"]) for t in span])
+        for k, alpha in ((2, 0.08), (1, 0.16)):
+            ax.fill_between(span, mid * 2 ** (-k * sd), mid * 2 ** (k * sd), color="tab:red", alpha=alpha, lw=0)
+        ax.plot(span, mid, "--", color="tab:red", lw=1)
+        if c["z"] is not None:
+            ax.plot([c["tpp"]], [c["measured"]], "*", color="tab:red", ms=13, mec="black", mew=0.6,
+                    label=None if c is not stars[0] else "settings the fit did not see, against the law at their size ± 1 and 2 sd")
+            ax.annotate(lr_ratio.size(c["params"]), (c["tpp"], c["measured"]), xytext=(6, 6),
+                        textcoords="offset points", fontsize=7, color="tab:red")
     ax.axhline(1, color="black", lw=1.2, ls="--")
-    ax.text(MIN_TPP / 1.5, 1.04, quantity[5], fontsize=8)
+    low = min([MIN_TPP] + [c["tpp"] for c in checked])
+    ax.text(low / 1.5, 1.04, quantity[5], fontsize=8)
     ax.set(xscale="log", yscale="log", xlabel="tokens per parameter (tokens per step × steps ÷ parameters)",
            ylabel=quantity[3], title=f"{quantity[4]}\nsolid: the fit over all widths; dotted: the fit without that width")
-    ax.set_xticks([100, 200, 400, 800, 1600, 3200])
-    ax.set_yticks([0.18, 0.25, 0.35, 0.5, 0.7, 1, 1.4, 2])
+    ax.set_xticks([t for t in (0.75, 1.5, 3, 6, 12.5, 25, 50, 100, 200, 400, 800, 1600, 3200) if t >= low / 1.6])
+    bottom = ax.get_ylim()[0]
+    ax.set_yticks([v for v in (0.03, 0.045, 0.06, 0.09, 0.125, 0.18, 0.25, 0.35, 0.5, 0.7, 1, 1.4, 2) if v >= bottom])
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
