@@ -249,7 +249,7 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
         ax.plot(span, predict(f, span, np.full_like(span, w)), "-", color=colors[w], lw=1)
         if w in held:
             ax.plot(span, predict(held[w], span, np.full_like(span, w)), ":", color=colors[w], lw=1)
-    stars = [c for c in checked if c["z"] is not None]  # a bound has no point to draw
+    label = "settings the fit did not see, against the law at their size ± 1 and 2 sd"
     for c in checked:
         span = np.geomspace(c["tpp"] / 2, c["tpp"] * 2, 30)
         mid = predict(f, span, np.full_like(span, c["params"]))
@@ -257,9 +257,9 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
         for k, alpha in ((2, 0.08), (1, 0.16)):
             ax.fill_between(span, mid * 2 ** (-k * sd), mid * 2 ** (k * sd), color="tab:red", alpha=alpha, lw=0)
         ax.plot(span, mid, "--", color="tab:red", lw=1)
-        if c["z"] is not None:
-            ax.plot([c["tpp"]], [c["measured"]], "*", color="tab:red", ms=13, mec="black", mew=0.6,
-                    label=None if c is not stars[0] else "settings the fit did not see, against the law at their size ± 1 and 2 sd")
+        if c["z"] is not None:  # a bound has no point to draw
+            ax.plot([c["tpp"]], [c["measured"]], "*", color="tab:red", ms=13, mec="black", mew=0.6, label=label)
+            label = None  # one legend entry for all of them
             ax.annotate(lr_ratio.size(c["params"]), (c["tpp"], c["measured"]), xytext=(6, 6),
                         textcoords="offset points", fontsize=7, color="tab:red")
     ax.axhline(1, color="black", lw=1.2, ls="--")
