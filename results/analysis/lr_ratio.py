@@ -64,6 +64,7 @@ REFERENCE_BETAS = (0.9, 0.95)
 SCANS = (
     ("results/lr_transfer.csv", "batch", "bytes"),
     ("results/lr_transfer_steps.csv", "run length", "bytes"),
+    ("results/lr_transfer_law_0.8m.csv", "run length", "bytes"),
     ("results/lr_transfer_tiny.csv", "run length", "bytes"),
     ("results/lr_transfer_w64_800.csv", "run length", "bytes"),
     ("results/lr_transfer_w32_800.csv", "run length", "bytes"),
