@@ -273,10 +273,10 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)  # below: inside, it hid points
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     print(f"\nwrote {path}")
 
