@@ -4,8 +4,9 @@
     python results/analysis/lr_ratio.py --tables results/lr_transfer_tiny.csv --out results/analysis/lr_ratio_tiny
 
 Reads the tables that scripts/lr_transfer.py wrote for each scan (SCANS below: batch size, run
-length (also on models of 10K-115K parameters, 25-3,200 tokens per parameter), width (to 427K), architecture (Llama),
-vocabulary, AdamS's β2, GPT-2 Small on one H100 or H200 at 32,768 and 491,520 tokens per step) and,
+length (also on models of 10K-115K parameters, 25-3,200 tokens per parameter), width (to 427K),
+depth (8 layers at 29K), architecture (Llama), vocabulary, AdamS's β2, GPT-2 Small on one H100 or
+H200 at 32,768 and 491,520 tokens per step) and,
 for every setting where both optimizers' lr grids were scanned, prints and plots
 
 - AdamS's best peak lr over AdamW's best (parabola fits where both optima are bracketed, else the
@@ -73,6 +74,7 @@ SCANS = (
     ("results/lr_transfer_w128_200.csv", "width", "bytes"),
     ("results/lr_transfer_w128_400.csv", "width", "bytes"),
     ("results/lr_transfer_w16.csv", "width", "bytes"),
+    ("results/lr_transfer_depth_8l.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_8k.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_32k.csv", "architecture", "bytes, Llama"),
