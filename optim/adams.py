@@ -64,12 +64,12 @@ class AdamS(MomentumOnlyOptimizer):
     anyway, so its state is one tensor the size of the parameter (``exp_avg``), the footprint of
     SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged; in
     our measurements (results/README.md) its steps were ~4x longer than AdamW's at the same
-    learning rate at every batch size tried, and its best lr a quarter to two fifths of AdamW's
-    best in 35 of 45 scans (0.41-0.65x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
+    learning rate at every batch size tried, and its best lr a seventh to two fifths of AdamW's
+    best in 36 of 46 scans (0.41-0.65x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
     models and an 8-layer 29K one, and a small Llama at larger batches):
     ``python -m scripts.noise_scale`` on a short AdamW run estimates the factor for your model.
     Under ~200 tokens per parameter start at a quarter of a tuned AdamW lr; from ~400 on at half of
-    it (within 0.01 nats of AdamS's best in all eleven such scans), checking AdamW's lr itself, which
+    it (within 0.01 nats of AdamS's best in eleven of twelve such scans), checking AdamW's lr itself, which
     carried over only on long runs, the longer the smaller the model (the README's "Picking AdamS's
     learning rate"; ``results/analysis/crossing_fit.py``).
 
