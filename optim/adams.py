@@ -65,7 +65,7 @@ class AdamS(MomentumOnlyOptimizer):
     SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged; in
     our measurements (results/README.md) its steps were ~4x longer than AdamW's at the same
     learning rate at every batch size tried, and its best lr a seventh to two fifths of AdamW's
-    best in 36 of 46 scans (0.41-0.65x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
+    best in 37 of 47 scans (0.41-0.65x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
     models and an 8-layer 29K one, and a small Llama at larger batches):
     ``python -m scripts.noise_scale`` on a short AdamW run estimates the factor for your model.
     Under ~200 tokens per parameter start at a quarter of a tuned AdamW lr; from ~400 on at half of
