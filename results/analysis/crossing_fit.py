@@ -33,7 +33,8 @@ lr") the same way, over the same settings.
 --check reads other lr_transfer tables (a deeper model, another width: settings the fit did not see)
 and prints, for each setting in them, the measured value beside the fit's prediction with its ± 1
 and ± 2 sd bands for a new setting, and how many sd the measurement sits from it; the figure shows each
-as a red star on those bands (give it its own --out to keep the fit's figure as it is).
+as a red star on those bands, labelled by size and table name (give it its own --out to keep the fit's
+figure as it is).
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def check(f: dict, settings: list[dict], quantity: tuple) -> list[dict]:
         print(f"| {lr_ratio.label(s)} | {lr_ratio.size(s['params'])} | {t:,.0f}{below} | {shown} | {mid:.2f} | "
               f"{mid * 2 ** -sd:.2f}-{mid * 2 ** sd:.2f} | {mid * 2 ** (-2 * sd):.2f}-{mid * 2 ** (2 * sd):.2f} | "
               f"{'—' if z is None else f'{z:+.1f}'} | {s['seeds'][0]}, {s['seeds'][1]} |")
-        out.append(dict(setting=lr_ratio.label(s), params=p, tpp=t, measured=x, fit=mid, sd=sd, z=z))
+        out.append(dict(setting=lr_ratio.label(s), table=s["varied"].removeprefix("lr_transfer_"), params=p, tpp=t,
+                        measured=x, fit=mid, sd=sd, z=z))
     return out
 
 
@@ -262,7 +264,8 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
         if c["z"] is not None:  # a bound has no point to draw
             ax.plot([c["tpp"]], [c["measured"]], "*", color="tab:red", ms=13, mec="black", mew=0.6, label=label)
             label = None  # one legend entry for all of them
-            ax.annotate(lr_ratio.size(c["params"]), (c["tpp"], c["measured"]), xytext=(6, 6),
+            # by size and table: two depths of one size read alike by size alone
+            ax.annotate(f"{lr_ratio.size(c['params'])}, {c['table']}", (c["tpp"], c["measured"]), xytext=(6, 6),
                         textcoords="offset points", fontsize=7, color="tab:red")
     ax.axhline(1, color="black", lw=1.2, ls="--")
     low = min([MIN_TPP] + [c["tpp"] for c in checked])
