@@ -3,7 +3,7 @@
     from optim import AdamS
     optimizer = AdamS(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95), weight_decay=0.1)
     # a quarter of a tuned AdamW lr, for a run under ~200 tokens per parameter; from ~400 on, half of
-    # it, checking AdamW's lr and a quarter: the README's "Picking AdamS's learning rate"
+    # it; then a x2 scan both ways: the README's "Picking AdamS's learning rate"
 """
 
 from __future__ import annotations

@@ -77,6 +77,7 @@ SCANS = (
     ("results/lr_transfer_depth_4l.csv", "depth", "bytes, 4 layers"),
     ("results/lr_transfer_depth_8l_200.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_depth_8l.csv", "depth", "bytes, 8 layers"),
+    ("results/lr_transfer_depth_8l_800.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_8k.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_32k.csv", "architecture", "bytes, Llama"),
