@@ -1216,13 +1216,16 @@ def test_crossing_fit_check_places_a_new_setting_in_sd_of_a_prediction_worked_by
     sd = math.sqrt(0.07)
     new = [crossing_row(lr_ratio, 2**14, 2**8, 2 ** (1.75 + sd)), crossing_row(lr_ratio, 2**14, 2**8, 0.2, kind="<"),
            crossing_row(lr_ratio, 2**14, 25, 2**1.75)]
-    monkeypatch.setattr(lr_ratio, "settings", lambda root, scans, rbar: fitted if scans is lr_ratio.SCANS else new)
-    table = tmp_path / "new.csv"
+    # as lr_ratio.settings does, each setting carries its scan's second field: for --check, the table's stem
+    monkeypatch.setattr(lr_ratio, "settings", lambda root, scans, rbar: fitted if scans is lr_ratio.SCANS
+                        else [dict(s, varied=scans[0][1]) for s in new])
+    table = tmp_path / "lr_transfer_new.csv"
     table.write_text("")
     got = crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(table)])["checked"]
     assert got[0]["fit"] == pytest.approx(2**1.75) and got[0]["sd"] == pytest.approx(sd) and got[0]["z"] == pytest.approx(1.0)
     assert got[1]["z"] is None and got[2]["z"] > 0  # a short run sits above the law (the floor)
     assert (got[0]["params"], got[0]["tpp"]) == (2**14, pytest.approx(2**8)) and (tmp_path / "fit.png").stat().st_size > 0
+    assert got[0]["table"] == "new"  # the star's label in the figure: the table's name less lr_transfer_
     out = capsys.readouterr().out
     assert f"| {2 ** (1.75 + sd):.2f} | 3.36 | {2 ** (1.75 - sd):.2f}-{2 ** (1.75 + sd):.2f} | " in out and "| +1.0 | 3, 3 |" in out
     assert "| < 0.20 | 3.36 |" in out and "| 25 (below the fit's range) |" in out
