@@ -65,11 +65,11 @@ class AdamS(MomentumOnlyOptimizer):
     SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged; in
     our measurements (results/README.md) its steps were ~4x longer than AdamW's at the same
     learning rate at every batch size tried, and its best lr a seventh to two fifths of AdamW's
-    best in 37 of 48 scans (0.41-0.65x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
-    models and an 8-layer 29K one, and a small Llama at larger batches):
+    best in 37 of 49 scans (0.41-0.82x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
+    models and 4- and 8-layer ones of 17K and 29K, and a small Llama at larger batches):
     ``python -m scripts.noise_scale`` on a short AdamW run estimates the factor for your model.
     Under ~200 tokens per parameter start at a quarter of a tuned AdamW lr; from ~400 on at half of
-    it (within 0.01 nats of AdamS's best in twelve of thirteen such scans); scan x2 both ways,
+    it (within 0.01 nats of AdamS's best in twelve of fourteen such scans); scan x2 both ways,
     AdamW's lr itself among the checks: it carried over only on long runs, the longer the smaller
     the model (the README's "Picking AdamS's learning rate"; ``results/analysis/crossing_fit.py``).
 
