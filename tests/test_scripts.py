@@ -1233,6 +1233,15 @@ def test_crossing_fit_check_places_a_new_setting_in_sd_of_a_prediction_worked_by
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(tmp_path / "missing.csv")])
 
 
+def test_crossing_fit_keeps_a_listed_tables_text_and_takes_any_other_as_the_familys(monkeypatch, tmp_path, crossing_fit):
+    # a 4-layer scan checked against the 2-layer law is labelled as 4 layers, not as the family's plain text
+    monkeypatch.setattr(crossing_fit.lr_ratio, "SCANS", (("results/deep.csv", "depth", "bytes, 4 layers"),))
+    (listed, _, text), (other, _, other_text) = crossing_fit.as_scans(
+        [str(tmp_path / "results" / "deep.csv"), str(tmp_path / "seed1.csv")], root=tmp_path)
+    assert (text, other_text) == ("bytes, 4 layers", crossing_fit.FAMILY["text"])
+    assert listed == str((tmp_path / "results" / "deep.csv").resolve())
+
+
 def crossing_row(lr_ratio, params, tpp, crossing, text="bytes", batch=2048, betas=(0.9, 0.95), kind="="):
     """A setting as lr_ratio.settings returns it, with only what crossing_fit reads."""
     return dict(params=params, batch_tokens=batch, steps=tpp * params / batch, text=text, betas=betas,

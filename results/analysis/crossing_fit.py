@@ -70,9 +70,12 @@ QUANTITIES = {
 FAMILY = dict(text="bytes", batch_tokens=2048, betas=lr_ratio.REFERENCE_BETAS, max_params=5e5)
 
 
-def as_scans(tables: list[str]) -> tuple:
-    """lr_transfer tables given on the command line, in lr_ratio.SCANS's form."""
-    return tuple((str(Path(table).resolve()), Path(table).stem, FAMILY["text"]) for table in tables)
+def as_scans(tables: list[str], root: Path = ROOT) -> tuple:
+    """lr_transfer tables given on the command line, in lr_ratio.SCANS's form: a table listed there keeps its
+    text ("bytes, 4 layers" names the 4-layer scans in the --check rows); any other is taken as the family's."""
+    known = {str((root / table).resolve()): text for table, _, text in lr_ratio.SCANS}
+    return tuple((str(Path(table).resolve()), Path(table).stem, known.get(str(Path(table).resolve()), FAMILY["text"]))
+                 for table in tables)
 
 
 def family(rows: list[dict]) -> list[dict]:
@@ -172,7 +175,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
                         help="lr_transfer tables of settings the fit did not see, each read against the fit's prediction")
     args = parser.parse_args(argv)
     if args.tables:
-        scans = as_scans(args.tables)
+        scans = as_scans(args.tables, root)
     missing = [t for t in args.check if not Path(t).is_file()]
     if missing:
         raise SystemExit(f"--check: no lr_transfer table at {', '.join(missing)}; "
@@ -229,7 +232,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
                                                     f"{lr_ratio.size(widths[0])}-{lr_ratio.size(widths[-1])}, 2 layers)"))
     checked = []
     if args.check:
-        checked = check(f, lr_ratio.settings(root, as_scans(args.check), rbar), quantity)
+        checked = check(f, lr_ratio.settings(root, as_scans(args.check, root), rbar), quantity)
     plot(rows, f, held, quantity, out_file(root / args.out, ".png"), checked)
     return dict(fit=f, held=held, rows=rows, checked=checked)
 
