@@ -626,20 +626,28 @@ def test_start_lr_costs_each_start_against_adams_best_grid_point(tmp_path, capsy
     adamw = [(2e-3, 1.2), (4e-3, 1.1), (8e-3, 1.0), (1.6e-2, math.inf)]
     adams = [(1e-3, 1.3), (2e-3, 1.10), (4e-3, 1.05), (8e-3, 1.09)]
     costs = start_lr.start_costs(adamw, adams, 2**1.5)
-    assert list(costs.values()) == [pytest.approx(0.04), pytest.approx(0.0), pytest.approx(0.05), pytest.approx(0.025)]
+    assert list(costs.values())[:4] == [pytest.approx(0.04), pytest.approx(0.0), pytest.approx(0.05), pytest.approx(0.025)]
     # no R-bar measured, and an AdamS grid that stops below AdamW's lr: those starts are blank, not guessed
     costs = start_lr.start_costs(adamw, adams[:3], math.nan)
     assert math.isnan(costs["AdamW's lr"]) and math.isnan(costs["AdamW's / R̄"]) and costs["½ of it"] == pytest.approx(0.0)
+    # the three-point scans read their best point: with AdamS falling all the way to AdamW's 8e-3, 1e-3-4e-3
+    # (an eighth to a half) ends 1.1 - 1.0 short and 2e-3-8e-3 (a quarter to 1x) reaches it; a scan with a
+    # point outside AdamS's grid is blank, though its other two points are read
+    falling = [(1e-3, 1.3), (2e-3, 1.2), (4e-3, 1.1), (8e-3, 1.0)]
+    costs = start_lr.start_costs(adamw, falling, math.nan)
+    assert (costs["best of ⅛, ¼, ½"], costs["best of ¼, ½, 1×"]) == (pytest.approx(0.1), pytest.approx(0.0))
+    costs = start_lr.start_costs(adamw, falling[:3], math.nan)
+    assert costs["best of ⅛, ¼, ½"] == pytest.approx(0.0) and math.isnan(costs["best of ¼, ½, 1×"])
     # over parabola_scans (AdamW best 4e-3, AdamS's 1e-3 at beta2 0.95, R-bar 4): two octaves above AdamS's
     # best cost 4, one octave 1, a quarter and R-bar nothing; AdamS at beta2 0.99 is not at the paper's beta
     scans, rbar = parabola_scans(tmp_path)
     rows = start_lr.main(["--out", str(tmp_path / "start")], root=tmp_path, scans=scans, rbar=rbar)
-    assert len(rows) == 1 and list(rows[0]["costs"].values()) == [pytest.approx(v) for v in (4.0, 1.0, 0.0, 0.0)]
+    assert len(rows) == 1 and list(rows[0]["costs"].values()) == [pytest.approx(v) for v in (4.0, 1.0, 0.0, 0.0, 0.0, 0.0)]
     out = capsys.readouterr().out
-    assert "| 20.5 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 4.000 | 1.000 | 0.000 | 0.000 | 2, 2 |" in out
-    assert "| below 50 | 1 | 4.000 (0 of 1) | 1.000 (0 of 1) | 0.000 (1 of 1) | 0.000 (1 of 1) |" in out
+    assert "| 20.5 | 0.001M, bytes, 10 steps × 2,048 tok | 0.25 | 4.000 | 1.000 | 0.000 | 0.000 | 0.000 | 0.000 | 2, 2 |" in out
+    assert "| below 50 | 1 | 4.000 (0 of 1) | 1.000 (0 of 1) | 0.000 (1 of 1) | 0.000 (1 of 1) | 0.000 (1 of 1) | 0.000 (1 of 1) |" in out
     # against AdamW at its best (2.03 on the seeds' means, AdamS's best 2.115): each cost + 0.085
-    assert "| below 50 | 1 | +4.085 | +1.085 | +0.085 | +0.085 |" in out
+    assert "| below 50 | 1 | +4.085 | +1.085 | +0.085 | +0.085 | +0.085 | +0.085 |" in out
     assert (tmp_path / "start.png").stat().st_size > 0
 
 

@@ -5,7 +5,9 @@
 Someone who has tuned AdamW and switches to AdamS has to pick AdamS's lr before, or instead of, a
 scan. README.md offers four starts: AdamW's best lr unchanged (the paper's advice), half of it, a
 quarter of it, and AdamW's best over R̄ (AdamS's step length over AdamW's, measured along an AdamW
-run; scripts/noise_scale.py). For every setting lr_ratio.py reads (the same tables, its SCANS and
+run; scripts/noise_scale.py). It also advises a scan ×2 either side of the start, so two
+three-point scans are read too: ⅛-½ of AdamW's lr (around a quarter) and ¼-1× (around half), each
+at its best point. For every setting lr_ratio.py reads (the same tables, its SCANS and
 RBAR) at the paper's β = (0.9, 0.95), this reads AdamS's mean final loss at each start, minus its
 mean at its own best grid lr: what the start costs against a full scan, in nats. AdamW's best is its
 best grid lr (what a user who tuned it on a grid holds); a start between two of AdamS's grid lrs
@@ -39,6 +41,13 @@ STARTS = (
     ("¼ of it", lambda lr, rbar: lr / 4),
     ("AdamW's / R̄", lambda lr, rbar: lr / rbar),
 )
+# (name, the fractions of AdamW's best grid lr run): README.md's advice as run, a start and its ×2 either side
+# (a quarter on a short run, half on a long one); the scan's cost is its best point's, blank unless AdamS's
+# grid reaches all three
+SCANS3 = (
+    ("best of ⅛, ¼, ½", (1 / 8, 1 / 4, 1 / 2)),
+    ("best of ¼, ½, 1×", (1 / 4, 1 / 2, 1)),
+)
 # bands of tokens per parameter (from, to): the scans sit near 0.1-18, 25, 100, 200, 400 and beyond
 BANDS = ((0, 50), (50, 150), (150, 300), (300, math.inf))
 WITHIN = 0.01  # nats: a start this close to AdamS's best counts as as good as a scan
@@ -56,10 +65,15 @@ def cost(adams: list[tuple[float, float]], lr: float) -> float:
 
 
 def start_costs(adamw: list[tuple[float, float]], adams: list[tuple[float, float]], rbar: float) -> dict[str, float]:
-    """Each start's cost to AdamS (nats over its best grid mean); NaN where AdamS's grid does not reach it or,
-    for the R̄ start, where R̄ was not measured."""
+    """Each start's cost to AdamS (nats over its best grid mean), then each three-point scan's (its best
+    point's); NaN where AdamS's grid does not reach a start or a scan's every point or, for the R̄ start,
+    where R̄ was not measured."""
     best = min((p for p in adamw if math.isfinite(p[1])), key=lambda p: p[1])[0]
-    return {name: cost(adams, f(best, rbar)) if math.isfinite(f(best, rbar)) else math.nan for name, f in STARTS}
+    out = {name: cost(adams, f(best, rbar)) if math.isfinite(f(best, rbar)) else math.nan for name, f in STARTS}
+    for name, fractions in SCANS3:
+        got = [cost(adams, best * f) for f in fractions]
+        out[name] = min(got) if all(math.isfinite(v) for v in got) else math.nan
+    return out
 
 
 def band_name(lo: float, hi: float) -> str:
@@ -74,7 +88,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     for s in rows:
         s["costs"] = start_costs(*s["curves"], s["rbar"])
     rows.sort(key=lr_ratio.tokens_per_param)
-    names = [name for name, _ in STARTS]
+    names = [name for name, _ in STARTS + SCANS3]
     cell = lambda v: f"{v:.3f}" if math.isfinite(v) else "—"  # noqa: E731
     print("AdamS's loss at each start minus AdamS's at its best grid lr (nats; — where AdamS's grid does not reach)\n")
     print(f"| tokens per parameter | setting | AdamS's best grid lr ÷ AdamW's | {' | '.join(names)} | seeds (AdamW, AdamS) |")
