@@ -76,6 +76,7 @@ SCANS = (
     ("results/lr_transfer_w16.csv", "width", "bytes"),
     ("results/lr_transfer_depth_4l.csv", "depth", "bytes, 4 layers"),
     ("results/lr_transfer_depth_4l_800.csv", "depth", "bytes, 4 layers"),
+    ("results/lr_transfer_depth_4l_1600.csv", "depth", "bytes, 4 layers"),
     ("results/lr_transfer_depth_8l_200.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_depth_8l.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_depth_8l_800.csv", "depth", "bytes, 8 layers"),
