@@ -276,8 +276,8 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
     ax.set(xscale="log", yscale="log", xlabel="tokens per parameter (tokens per step × steps ÷ parameters)",
            ylabel=quantity[3], title=f"{quantity[4]}\nsolid: the fit over all widths; dotted: the fit without that width")
     ax.set_xticks([t for t in (0.75, 1.5, 3, 6, 12.5, 25, 50, 100, 200, 400, 800, 1600, 3200) if t >= low / 1.6])
-    bottom = ax.get_ylim()[0]
-    ax.set_yticks([v for v in (0.03, 0.045, 0.06, 0.09, 0.125, 0.18, 0.25, 0.35, 0.5, 0.7, 1, 1.4, 2, 2.8, 4) if v >= bottom])
+    bottom, top = ax.get_ylim()  # ticks inside the data's range only: one past it would stretch the axis
+    ax.set_yticks([v for v in (0.03, 0.045, 0.06, 0.09, 0.125, 0.18, 0.25, 0.35, 0.5, 0.7, 1, 1.4, 2, 2.8, 4) if bottom <= v <= top])
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
