@@ -73,9 +73,9 @@ FAMILY = dict(text="bytes", batch_tokens=2048, betas=lr_ratio.REFERENCE_BETAS, m
 def as_scans(tables: list[str], root: Path = ROOT) -> tuple:
     """lr_transfer tables given on the command line, in lr_ratio.SCANS's form: a table listed there keeps its
     text ("bytes, 4 layers" names the 4-layer scans in the --check rows); any other is taken as the family's."""
-    known = {str((root / table).resolve()): text for table, _, text in lr_ratio.SCANS}
-    return tuple((str(Path(table).resolve()), Path(table).stem, known.get(str(Path(table).resolve()), FAMILY["text"]))
-                 for table in tables)
+    known = {(root / table).resolve(): text for table, _, text in lr_ratio.SCANS}
+    paths = [Path(table).resolve() for table in tables]
+    return tuple((str(path), path.stem, known.get(path, FAMILY["text"])) for path in paths)
 
 
 def family(rows: list[dict]) -> list[dict]:
