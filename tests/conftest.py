@@ -31,6 +31,11 @@ def start_lr():
 
 
 @pytest.fixture(scope="session")
+def lr_sensitivity():
+    return analysis_module("lr_sensitivity")
+
+
+@pytest.fixture(scope="session")
 def crossing_fit():
     return analysis_module("crossing_fit")
 

@@ -69,6 +69,16 @@ def test_results_readme_holds_the_tables_start_lr_prints(tmp_path, capsys, start
         assert table in results, "results/README.md's start_lr tables are stale: paste python results/analysis/start_lr.py's tables"
 
 
+def test_results_readme_holds_the_tables_lr_sensitivity_prints(tmp_path, capsys, lr_sensitivity):
+    # results/README.md's "How much a x2 miss costs" tables are lr_sensitivity.py's output
+    lr_sensitivity.main(["--out", str(tmp_path / "lr_sensitivity")])
+    tables = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
+    results = (REPO / "results/README.md").read_text()
+    assert len(tables) == 2
+    for table in tables:
+        assert table in results, "results/README.md's lr_sensitivity tables are stale: paste python results/analysis/lr_sensitivity.py's tables"
+
+
 def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, crossing_fit):
     # results/README.md's "When AdamW's lr carries over" fit lines and tables are crossing_fit.py's output, for the
     # crossing and for the ratio of the optima

@@ -651,6 +651,33 @@ def test_start_lr_costs_each_start_against_adams_best_grid_point(tmp_path, capsy
     assert (tmp_path / "start.png").stat().st_size > 0
 
 
+def test_lr_sensitivity_reads_each_miss_and_the_optimums_width(tmp_path, capsys, lr_sensitivity):
+    # best grid lr 2e-3 (1.00); x2 too high (4e-3) costs 0.02, x2 too low (1e-3) 0.10. The 0.01 level is crossed a
+    # tenth of an octave below (0.01 of the 0.10 rise) and half an octave above (0.01 of 0.02): 0.6 octaves, exact
+    curve = [(1e-3, 1.10), (2e-3, 1.00), (4e-3, 1.02), (8e-3, 1.20), (1.6e-2, math.inf)]
+    got = lr_sensitivity.sensitivity(curve)
+    assert (got["×2 too high"], got["×2 too low"]) == (pytest.approx(0.02), pytest.approx(0.10))
+    assert got["width"] == pytest.approx(0.6) and not got["bound"]
+    # still within 0.01 at the grid's lowest point: a lower bound, one octave down plus 0.01 / 0.5 of one up;
+    # x2 too low lies off the grid, so blank rather than guessed
+    edge = [(2e-3, 1.005), (4e-3, 1.0), (8e-3, 1.5)]
+    got = lr_sensitivity.sensitivity(edge)
+    assert got["width"] == pytest.approx(1.02) and got["bound"] and math.isnan(lr_sensitivity.sensitivity(edge[1:])["×2 too low"])
+    # narrower: settled by an exact width below the other's (even a bound), not by a bound alone or a tie
+    exact, bound = dict(width=0.6, bound=False), dict(width=1.02, bound=True)
+    assert lr_sensitivity.narrower(exact, bound) is True and lr_sensitivity.narrower(bound, exact) is False
+    assert lr_sensitivity.narrower(dict(width=2.0, bound=False), bound) is None
+    # over parabola_scans (loss = log2(lr / best)^2 + c): every miss costs 1 nat and each optimum is 0.02 octaves
+    # wide (0.01 either side, the parabola read as lines); AdamS at beta2 0.99 is not at the paper's beta
+    scans, rbar = parabola_scans(tmp_path)
+    rows = lr_sensitivity.main(["--out", str(tmp_path / "sens")], root=tmp_path, scans=scans, rbar=rbar)
+    assert len(rows) == 1
+    out = capsys.readouterr().out
+    assert "| 20.5 | 0.001M, bytes, 10 steps × 2,048 tok | 1.000 | 1.000 | 1.000 | 1.000 | 0.0 | 0.0 |" in out
+    assert "| below 50 | 1 | 1.000 / 1.000 (AdamS larger in 0 of 1) | 1.000 / 1.000 (AdamS larger in 0 of 1) | 0 of 1 | 0 of 1 (0 wider, 1 not settled) | 0.0 / 0.0 | 0 of 1 |" in out
+    assert (tmp_path / "sens.png").stat().st_size > 0
+
+
 def test_lr_ratio_carry_over_reads_the_shared_lr_range_only(lr_ratio):
     carry_over = lr_ratio.carry_over
     adamw = [(1e-3, 2.0), (2e-3, 1.9)]
