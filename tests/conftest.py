@@ -36,6 +36,11 @@ def lr_sensitivity():
 
 
 @pytest.fixture(scope="session")
+def optimum_drift():
+    return analysis_module("optimum_drift")
+
+
+@pytest.fixture(scope="session")
 def crossing_fit():
     return analysis_module("crossing_fit")
 

@@ -678,6 +678,35 @@ def test_lr_sensitivity_reads_each_miss_and_the_optimums_width(tmp_path, capsys,
     assert (tmp_path / "sens.png").stat().st_size > 0
 
 
+def test_optimum_drift_follows_each_optimum_over_run_length(tmp_path, capsys, optimum_drift):
+    # the slope of log2 optimum on log2 run length, as a factor per doubling: halving each doubling reads 0.5
+    assert optimum_drift.drift([100, 200, 400], [4e-3, 2e-3, 1e-3]) == pytest.approx(0.5)
+    assert optimum_drift.drift([100, 400], [1e-3, 1e-3]) == pytest.approx(1.0)
+    # one model at 10 and 40 steps (20.5 and 81.9 tokens per parameter, two doublings), loss = log2(lr / best)^2:
+    # AdamW's best falls from 4e-3 to 1e-3 (spread 4, x0.5 per doubling), AdamS's stays at 1e-3 (spread 1, x1)
+    runs = []
+    for steps, adamw_best in ((10, 4e-3), (40, 1e-3)):
+        for opt, best in (("adamw", adamw_best), ("adams", 1e-3)):
+            for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3):
+                runs.append(fake_run(tmp_path / "runs" / f"{opt}_{steps}_{lr}", opt, lr, math.log2(lr / best) ** 2 + 2.0,
+                                     max_iters=steps, beta1=0.9, beta2=0.95))
+    lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "results/t")])
+    scans = (("results/t.csv", "run length", "bytes"),)
+    (m,) = optimum_drift.main(["--out", str(tmp_path / "drift")], root=tmp_path, scans=scans, rbar=())
+    assert m["tpp"] == [pytest.approx(20.48), pytest.approx(81.92)]
+    assert m["spread"] == dict(AdamW=pytest.approx(4.0), AdamS=pytest.approx(1.0))
+    assert m["carried"] == dict(AdamW=pytest.approx(0.25), AdamS=pytest.approx(1.0))
+    assert m["drift"] == dict(AdamW=pytest.approx(0.5), AdamS=pytest.approx(1.0))
+    out = capsys.readouterr().out
+    assert "| 1K, bytes, 2,048 tok | 20, 82 | 0.004, 0.001 | 0.001, 0.001 | 4.00 / 1.00 | 0.25 / 1.00 | 0.50 / 1.00 | 1, 1 |" in out
+    assert "AdamS's spread the smaller in 1 of 1 models" in out and "within ×2 of the longest's in 0 (AdamW) and 1 (AdamS) of 1" in out
+    assert (tmp_path / "drift.png").stat().st_size > 0
+    # a model at one run length has nothing to drift over: a clear error, not an empty table
+    scans, rbar = parabola_scans(tmp_path / "one")
+    with pytest.raises(SystemExit, match="no model was scanned at two or more run lengths"):
+        optimum_drift.main(["--out", str(tmp_path / "none")], root=tmp_path / "one", scans=scans, rbar=rbar)
+
+
 def test_lr_ratio_carry_over_reads_the_shared_lr_range_only(lr_ratio):
     carry_over = lr_ratio.carry_over
     adamw = [(1e-3, 2.0), (2e-3, 1.9)]

@@ -74,6 +74,8 @@ SCANS = (
     ("results/lr_transfer_w128_200.csv", "width", "bytes"),
     ("results/lr_transfer_w128_400.csv", "width", "bytes"),
     ("results/lr_transfer_w16.csv", "width", "bytes"),
+    ("results/lr_transfer_depth_4l_100.csv", "depth", "bytes, 4 layers"),
+    ("results/lr_transfer_depth_4l_200.csv", "depth", "bytes, 4 layers"),
     ("results/lr_transfer_depth_4l.csv", "depth", "bytes, 4 layers"),
     ("results/lr_transfer_depth_4l_800.csv", "depth", "bytes, 4 layers"),
     ("results/lr_transfer_depth_4l_1600.csv", "depth", "bytes, 4 layers"),
@@ -277,6 +279,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
                 edge=low_edge(adamw_curve, within) / optimum(adamw, "adamw"),
                 same_lr=at_adamw_best(adamw_curve, adams_curve),
                 curves=(adamw_curve, adams_curve),  # each grid's (lr, mean loss), for start_lr.py
+                optima=(optimum(adamw, "adamw"), optimum(r, "adams")),  # each one's best lr, for optimum_drift.py
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))
     if not out:
