@@ -269,9 +269,9 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distri
           f"{cfg.max_iters:,} iterations = {tokens_per_param:,.2f} tokens per parameter")
     if cfg.optimizer == "adams":  # the start that held in this repository's scans (results/analysis/start_lr.py)
         start = "a quarter" if tokens_per_param < 200 else "half" if tokens_per_param >= 400 else "a quarter to half"
-        print(f"note: at this length AdamS's lr is best started at {start} of a tuned AdamW lr, or at AdamS's best on a "
-              "shorter run of this model, then scanned x2 either way, and on while an end point is best (README.md, "
-              "'Picking AdamS's learning rate')")
+        print(f"note: at this length AdamS's lr is best started at {start} of an AdamW lr tuned at this length (without "
+              "one, at AdamS's best on a shorter run of this model), then scanned x2 either way, and on while an end "
+              "point is best (README.md, 'Picking AdamS's learning rate')")
 
 
 def peak_flops(device: torch.device) -> float | None:

@@ -72,8 +72,9 @@ class AdamS(MomentumOnlyOptimizer):
     it (within 0.01 nats of AdamS's best in twelve of fifteen such scans, the best of a quarter,
     half and AdamW's lr in fourteen); scan x2 both ways, AdamW's lr itself among the checks: it carried over only on long runs, the longer the smaller
     the model (the README's "Picking AdamS's learning rate"; ``results/analysis/crossing_fit.py``).
-    AdamS's own best lr moved less with run length than AdamW's (within 2x from the shortest to the
-    longest run in seven of eight models), so a scan of AdamS on a short run is a good guide too.
+    AdamS's own best lr moved less with run length than AdamW's, so without an AdamW tuned at your
+    run's length, AdamS's best lr on a short run of the same model is the better start
+    (``results/analysis/optimum_drift.py``).
 
     At step t = 1, 2, … with bc = 1 − β1^t (``bias_correction=True``) or bc = 1 (``False``),
     and m the momentum before this step:

@@ -696,10 +696,16 @@ def test_optimum_drift_follows_each_optimum_over_run_length(tmp_path, capsys, op
     assert m["tpp"] == [pytest.approx(20.48), pytest.approx(81.92)]
     assert m["spread"] == dict(AdamW=pytest.approx(4.0), AdamS=pytest.approx(1.0))
     assert m["carried"] == dict(AdamW=pytest.approx(0.25), AdamS=pytest.approx(1.0))
+    # at the longest run (82 tokens per parameter: a quarter of AdamW's lr), AdamS's shortest-run best (1e-3) and a
+    # quarter of AdamW's shortest-run best (4e-3 / 4) land on AdamS's best; a quarter of AdamW's longest-run best
+    # (2.5e-4) is two octaves below it: log2(1/4)^2 = 4 nats
+    assert list(m["costs"].values()) == [pytest.approx(0.0), pytest.approx(0.0), pytest.approx(4.0)]
     assert m["drift"] == dict(AdamW=pytest.approx(0.5), AdamS=pytest.approx(1.0))
     out = capsys.readouterr().out
     assert "| 1K, bytes, 2,048 tok | 20, 82 | 0.004, 0.001 | 0.001, 0.001 | 4.00 / 1.00 | 0.25 / 1.00 | 0.50 / 1.00 | 1, 1 |" in out
     assert "AdamS's spread the smaller in 1 of 1 models" in out and "within ×2 of the longest's in 0 (AdamW) and 1 (AdamS) of 1" in out
+    assert "| 1K, bytes, 2,048 tok | 20.5 → 81.9 | 0.000 | 0.000 | 4.000 |" in out
+    assert "¼ or ½ of AdamW's best on the longest run: 0 of 1, worst 4.000" in out
     assert (tmp_path / "drift.png").stat().st_size > 0
     # a model at one run length has nothing to drift over: a clear error, not an empty table
     scans, rbar = parabola_scans(tmp_path / "one")

@@ -198,6 +198,6 @@ def test_the_run_is_described_in_tokens_per_parameter(optimizer, max_iters, star
     assert f"{max_iters:,} iterations = {2 * max_iters:.2f} tokens per parameter" in out
     assert json.loads((tmp_path / "config.json").read_text())["derived"]["tokens_per_param"] == 2 * max_iters
     notes = [line for line in out.splitlines() if line.startswith("note: at this length AdamS's lr")]
-    assert notes == ([f"note: at this length AdamS's lr is best started at {start} of a tuned AdamW lr, or at AdamS's best on a "
-                      "shorter run of this model, then scanned x2 either way, and on while an end point is best (README.md, "
-                      "'Picking AdamS's learning rate')"] if start else [])
+    assert notes == ([f"note: at this length AdamS's lr is best started at {start} of an AdamW lr tuned at this length "
+                      "(without one, at AdamS's best on a shorter run of this model), then scanned x2 either way, and on "
+                      "while an end point is best (README.md, 'Picking AdamS's learning rate')"] if start else [])

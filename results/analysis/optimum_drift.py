@@ -1,6 +1,6 @@
 """How far each optimizer's best lr moves as one model trains longer, in every model scanned at two or more run lengths.
 
-    python results/analysis/optimum_drift.py   # -> analysis/optimum_drift.png and the table in results/README.md
+    python results/analysis/optimum_drift.py   # -> analysis/optimum_drift.png and the tables in results/README.md
 
 A fraction of AdamW's lr is only as steady a start for AdamS as the two optima's ratio, and that ratio
 moves with run length (lr_ratio.py). This asks which optimum moves. For every model that lr_ratio.py
@@ -14,8 +14,16 @@ neighbours, the best grid lr where that was not bracketed) and reports:
 - the drift: the least-squares slope of log2 optimum on log2 tokens per parameter, the factor by which
   the optimum moves each time the run doubles (1: no drift).
 
-Prints one row per model, then in how many models AdamS's spread was the smaller; draws each
-optimizer's optima, over their geometric mean per model, against tokens per parameter in OUT.png.
+Then what that means in loss, at each model's longest run: AdamS's mean final loss there, minus at its best
+grid lr (start_lr.cost: linear in log lr between grid points, blank off the grid), at three starts a user
+might take: AdamS's best grid lr on the shortest run (a short scan of AdamS itself); README.md's fraction
+(fraction(): a quarter under 300 tokens per parameter, half from 300) of AdamW's best grid lr on the shortest
+run (a short scan of AdamW); and that fraction of AdamW's best grid lr on the longest run itself (a tuned
+AdamW at the length trained).
+
+Prints one row per model for each table, then in how many models AdamS's spread was the smaller and how
+often each start came within start_lr.WITHIN of AdamS's best; draws each optimizer's optima, over their
+geometric mean per model, against tokens per parameter in OUT.png.
 """
 
 from __future__ import annotations
@@ -32,10 +40,30 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "results" / "analysis"))
 
 import lr_ratio  # noqa: E402
+import start_lr  # noqa: E402
 
 from scripts import out_file  # noqa: E402
 
 OPTIMIZERS = ("AdamW", "AdamS")
+STARTS = ("AdamS's best on the shortest run", "¼ or ½ of AdamW's best on the shortest run", "¼ or ½ of AdamW's best on the longest run")
+
+
+def fraction(tpp: float) -> float:
+    """README.md's start as a fraction of a tuned AdamW lr: a quarter up to about 200 tokens per parameter, half from
+    about 400 (the split at 300, as start_lr.BANDS has it)."""
+    return 0.5 if tpp >= 300 else 0.25
+
+
+def best_grid_lr(curve: list[tuple[float, float]]) -> float:
+    return min((p for p in curve if math.isfinite(p[1])), key=lambda p: p[1])[0]
+
+
+def carried_costs(group: list[dict]) -> dict[str, float]:
+    """At a model's longest run, what each of STARTS costs AdamS against its best grid lr (NaN off its grid)."""
+    short, long = group[0], group[-1]
+    f = fraction(lr_ratio.tokens_per_param(long))
+    lrs = (best_grid_lr(short["curves"][1]), f * best_grid_lr(short["curves"][0]), f * best_grid_lr(long["curves"][0]))
+    return {name: start_lr.cost(long["curves"][1], lr) for name, lr in zip(STARTS, lrs)}
 
 
 def drift(tpp: list[float], optima: list[float]) -> float:
@@ -71,7 +99,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
         out.append(dict(group=group, tpp=tpp, optima=optima,
                         spread={o: max(v) / min(v) for o, v in optima.items()},
                         carried={o: v[-1] / v[0] for o, v in optima.items()},
-                        drift={o: drift(tpp, v) for o, v in optima.items()}))
+                        drift={o: drift(tpp, v) for o, v in optima.items()}, costs=carried_costs(group)))
     if not out:
         raise SystemExit("no model was scanned at two or more run lengths; nothing drifts")
     print("Each optimizer's best lr at each run length (lr_transfer's fit), its spread (largest ÷ smallest), the longest "
@@ -92,6 +120,19 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
           f"{statistics.median(m['spread']['AdamW'] for m in out):.2f}, AdamS {statistics.median(m['spread']['AdamS'] for m in out):.2f}; "
           f"largest AdamW {max(m['spread']['AdamW'] for m in out):.2f}, AdamS {max(m['spread']['AdamS'] for m in out):.2f}; "
           f"the shortest run's optimum within ×2 of the longest's in {within2['AdamW']} (AdamW) and {within2['AdamS']} (AdamS) of {len(out)}")
+    cell = lambda v: f"{v:.3f}" if math.isfinite(v) else "—"  # noqa: E731
+    print("\nAt each model's longest run, AdamS's loss at each start minus at its best grid lr (nats; ¼ or ½ as README.md "
+          "advises for that length)\n")
+    print(f"| model | shortest → longest run (tokens per parameter) | {' | '.join(STARTS)} |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for m in out:
+        t = m["tpp"]
+        print(f"| {model_name(m['group'][0])} | {t[0]:,.1f} → {t[-1]:,.1f} | {' | '.join(cell(m['costs'][n]) for n in STARTS)} |")
+    parts = []
+    for n in STARTS:
+        got = [m["costs"][n] for m in out if math.isfinite(m["costs"][n])]
+        parts.append(f"{n}: {sum(v <= start_lr.WITHIN for v in got)} of {len(got)}, worst {max(got):.3f}")
+    print(f"\nwithin {start_lr.WITHIN:g} of AdamS's best at the longest run: " + "; ".join(parts))
     plot(out, out_file(root / args.out, ".png"))
     return out
 
