@@ -70,10 +70,11 @@ class AdamS(MomentumOnlyOptimizer):
     ``python -m scripts.noise_scale`` on a short AdamW run estimates the factor for your model.
     Under ~200 tokens per parameter start at a quarter of a tuned AdamW lr; from ~400 on at half of
     it (within 0.01 nats of AdamS's best in twelve of fifteen such scans, the best of a quarter,
-    half and AdamW's lr in fourteen); scan x2 both ways, AdamW's lr itself among the checks: it carried over only on long runs, the longer the smaller
-    the model (the README's "Picking AdamS's learning rate"; ``results/analysis/crossing_fit.py``).
-    AdamS's own best lr moved less with run length than AdamW's, so without an AdamW tuned at your
-    run's length, AdamS's best lr on a short run of the same model is the better start
+    half and AdamW's lr in fourteen); scan x2 both ways, AdamW's lr itself among the checks: it
+    carried over only on long runs, the longer the smaller the model (the README's "Picking AdamS's
+    learning rate"; ``results/analysis/crossing_fit.py``). AdamS's own best lr moved less with run
+    length than AdamW's, so without an AdamW tuned at your run's length, AdamS's best lr on a short
+    run of the same model is a better start than a fraction of a short run's AdamW lr
     (``results/analysis/optimum_drift.py``).
 
     At step t = 1, 2, … with bc = 1 − β1^t (``bias_correction=True``) or bc = 1 (``False``),

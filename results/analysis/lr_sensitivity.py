@@ -65,7 +65,7 @@ def width(curve: list[tuple[float, float]], within: float = WITHIN) -> tuple[flo
 
 def sensitivity(curve: list[tuple[float, float]]) -> dict:
     """One grid's costs at ×2 either side of its best grid lr (NaN off the grid) and its optimum's width."""
-    best = min((p for p in curve if math.isfinite(p[1])), key=lambda p: p[1])[0]
+    best = start_lr.best_grid_lr(curve)
     out = {name: start_lr.cost(curve, best * f) for name, f in MISSES}
     out["width"], out["bound"] = width(curve)
     return out

@@ -54,15 +54,12 @@ def fraction(tpp: float) -> float:
     return 0.5 if tpp >= 300 else 0.25
 
 
-def best_grid_lr(curve: list[tuple[float, float]]) -> float:
-    return min((p for p in curve if math.isfinite(p[1])), key=lambda p: p[1])[0]
-
-
 def carried_costs(group: list[dict]) -> dict[str, float]:
     """At a model's longest run, what each of STARTS costs AdamS against its best grid lr (NaN off its grid)."""
     short, long = group[0], group[-1]
     f = fraction(lr_ratio.tokens_per_param(long))
-    lrs = (best_grid_lr(short["curves"][1]), f * best_grid_lr(short["curves"][0]), f * best_grid_lr(long["curves"][0]))
+    best = start_lr.best_grid_lr
+    lrs = (best(short["curves"][1]), f * best(short["curves"][0]), f * best(long["curves"][0]))
     return {name: start_lr.cost(long["curves"][1], lr) for name, lr in zip(STARTS, lrs)}
 
 

@@ -64,11 +64,16 @@ def cost(adams: list[tuple[float, float]], lr: float) -> float:
     return (lr_ratio.read(c, x) if len(c) > 1 else c[0][1]) - min(y for _, y in c)
 
 
+def best_grid_lr(curve: list[tuple[float, float]]) -> float:
+    """The lr of a grid's lowest finite mean loss, from its (lr, mean loss) points."""
+    return min((p for p in curve if math.isfinite(p[1])), key=lambda p: p[1])[0]
+
+
 def start_costs(adamw: list[tuple[float, float]], adams: list[tuple[float, float]], rbar: float) -> dict[str, float]:
     """Each start's cost to AdamS (nats over its best grid mean), then each three-point scan's (its best
     point's); NaN where AdamS's grid does not reach a start or a scan's every point or, for the R̄ start,
     where R̄ was not measured."""
-    best = min((p for p in adamw if math.isfinite(p[1])), key=lambda p: p[1])[0]
+    best = best_grid_lr(adamw)
     out = {name: cost(adams, f(best, rbar)) if math.isfinite(f(best, rbar)) else math.nan for name, f in STARTS}
     for name, fractions in SCANS3:
         got = [cost(adams, best * f) for f in fractions]
