@@ -42,11 +42,19 @@ def test_files_the_readme_names_exist():
 
 
 def test_modules_the_docs_run_exist():
-    for doc in (README, (REPO / "results" / "README.md").read_text()):
+    for doc in (README, *((REPO / "results" / name).read_text() for name in ("README.md", "depth.md"))):
         for module in re.findall(r"-m ((?:scripts|data|tests)\.[\w.]+)", doc):
             if module == "data.x.prepare":  # the troubleshooting table's example of a missing dataset
                 continue
             assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module
+
+
+def test_links_into_results_depth_md_name_its_sections():
+    # results/README.md's "Deeper models" list links each section of results/depth.md by GitHub's heading anchor
+    depth = (REPO / "results" / "depth.md").read_text()
+    anchors = {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in re.findall(r"^## (.+)$", depth, flags=re.M)}
+    links = re.findall(r"\(depth\.md#([^)]+)\)", (REPO / "results" / "README.md").read_text())
+    assert sorted(links) == sorted(anchors), "results/README.md's 'Deeper models' list and results/depth.md's sections differ"
 
 
 def test_results_readme_holds_the_lr_table_lr_ratio_prints(tmp_path, capsys, lr_ratio):
