@@ -6,7 +6,7 @@
 #   bash scripts/gpu_checks.sh tests optim        # CUDA tests; optimizer step fp32 Small-XL, bf16 Small-Medium
 #   bash scripts/gpu_checks.sh train memory       # train.py tokens/s and MFU; memory and max micro-batch, Large and XL
 #   bash scripts/gpu_checks.sh tune               # the Triton kernel's block size and elements per thread, fp32 and bf16
-#   bash scripts/gpu_checks.sh lr                 # GPT-2 Small lr bracket, AdamW and AdamS (results/README.md)
+#   bash scripts/gpu_checks.sh lr                 # GPT-2 Small lr bracket, AdamW and AdamS (results/gpu/README.md)
 #   bash scripts/gpu_checks.sh rbar               # R-bar (README's lr rule) along an AdamW 6e-4 run of the lr stage's kind
 #
 # The lr stage trains GPT-2 Small for 600 steps of 32 x 1,024 tokens (19.7M tokens, about one pass)
@@ -19,7 +19,7 @@
 # torch's alone (87.5M training tokens on the CPU venv, 134.5M on the GPU image, against 20M), into data/sitesrc_gpt2,
 # for runs that would otherwise see torch's 20M tokens many times (the 491,520-token batch):
 #   LR_CORPUS=site LR_OUT=lr_200_491k LR_EXTRA="--set gradient_accumulation_steps=15 --set max_iters=200 --set lr_decay_iters=200 --set warmup_iters=20 --set eval_interval=50" bash scripts/gpu_checks.sh lr
-# (the plan for the next GPU session, with why: results/README.md, "Next on a GPU")
+# (the plan for the next GPU session, with why: results/gpu/README.md, "Next on a GPU")
 # The rbar stage trains AdamW at 6e-4 as the lr stage would (on LR_CORPUS, without LR_EXTRA), keeping a
 # checkpoint every 100 steps, then runs scripts/noise_scale.py on them: $OUT/rbar/ (R-bar per checkpoint).
 #
@@ -29,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-results/gpu}
-# the lr stage's optimizer:lr points, seed 1 of the scan in results/README.md, the two optima first
+# the lr stage's optimizer:lr points, seed 1 of the scan in results/gpu/README.md, the two optima first
 # LR_EXTRA: more sweep arguments (a later --set wins), LR_OUT: their runs' folder under out/ and tarball's name
 LR_EXTRA=${LR_EXTRA:-}
 LR_OUT=${LR_OUT:-lr_small}

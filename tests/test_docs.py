@@ -4,6 +4,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+import pytest
+
 from configurator import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,19 +44,21 @@ def test_files_the_readme_names_exist():
 
 
 def test_modules_the_docs_run_exist():
-    for doc in (README, *((REPO / "results" / name).read_text() for name in ("README.md", "depth.md"))):
+    for doc in (README, *((REPO / "results" / name).read_text() for name in ("README.md", "depth.md", "gpu/README.md"))):
         for module in re.findall(r"-m ((?:scripts|data|tests)\.[\w.]+)", doc):
             if module == "data.x.prepare":  # the troubleshooting table's example of a missing dataset
                 continue
             assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module
 
 
-def test_links_into_results_depth_md_name_its_sections():
-    # results/README.md's "Deeper models" list links each section of results/depth.md by GitHub's heading anchor
-    depth = (REPO / "results" / "depth.md").read_text()
-    anchors = {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in re.findall(r"^## (.+)$", depth, flags=re.M)}
-    links = re.findall(r"\(depth\.md#([^)]+)\)", (REPO / "results" / "README.md").read_text())
-    assert sorted(links) == sorted(anchors), "results/README.md's 'Deeper models' list and results/depth.md's sections differ"
+@pytest.mark.parametrize("doc", ["depth.md", "gpu/README.md"])
+def test_links_from_results_readme_name_the_sections_moved_out(doc):
+    # results/README.md lists each section it moved to results/<doc> as a link by GitHub's heading anchor
+    text = (REPO / "results" / doc).read_text()
+    titles = re.findall(r"^##+ (.+)$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), flags=re.M)
+    anchors = {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in titles}
+    links = re.findall(rf"\({re.escape(doc)}#([^)]+)\)", (REPO / "results" / "README.md").read_text())
+    assert sorted(links) == sorted(anchors), f"results/README.md's list of the sections in results/{doc} is out of date"
 
 
 def test_results_readme_holds_the_lr_table_lr_ratio_prints(tmp_path, capsys, lr_ratio):
