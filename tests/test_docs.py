@@ -44,14 +44,14 @@ def test_files_the_readme_names_exist():
 
 
 def test_modules_the_docs_run_exist():
-    for doc in (README, *((REPO / "results" / name).read_text() for name in ("README.md", "depth.md", "gpu/README.md"))):
+    for doc in (README, *((REPO / "results" / name).read_text() for name in ("README.md", "depth.md", "llama.md", "gpu/README.md"))):
         for module in re.findall(r"-m ((?:scripts|data|tests)\.[\w.]+)", doc):
             if module == "data.x.prepare":  # the troubleshooting table's example of a missing dataset
                 continue
             assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module
 
 
-@pytest.mark.parametrize("doc", ["depth.md", "gpu/README.md"])
+@pytest.mark.parametrize("doc", ["depth.md", "llama.md", "gpu/README.md"])
 def test_links_from_results_readme_name_the_sections_moved_out(doc):
     # results/README.md lists each section it moved to results/<doc> as a link by GitHub's heading anchor
     text = (REPO / "results" / doc).read_text()

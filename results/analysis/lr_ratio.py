@@ -19,7 +19,7 @@ for every setting where both optimizers' lr grids were scanned, prints and plots
 - the rule again from the low edge of AdamW's optimum, for optima that are broad: the lowest lr at
   which AdamW's mean loss (linear in log lr between grid points) comes within --within nats (0.01)
   of its lowest grid mean, divided by R̄, over AdamS's best (a reading tried and rejected: it missed
-  the first setting it was tested on before AdamS was run by 3×; results/README.md, "Llama at 8,192
+  the first setting it was tested on before AdamS was run by 3×; results/llama.md, "Llama at 8,192
   tokens per step");
 - AdamS's final loss at its best lr minus AdamW's at its best (± both standard deviations over
   seeds, added in quadrature): what AdamS costs once its lr is tuned;
