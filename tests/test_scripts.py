@@ -1303,6 +1303,24 @@ def test_crossing_fit_check_places_a_new_setting_in_sd_of_a_prediction_worked_by
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(tmp_path / "missing.csv")])
 
 
+def test_crossing_fit_raises_a_stars_number_off_another_star_and_its_number(crossing_fit):
+    # the figure numbers each --check star: a number goes up past any marker or number it would cover
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4, 4), dpi=72)  # at 72 dpi a display pixel is a point
+    ax.set(xlim=(0, 10), ylim=(0, 10))
+    ax.set_position([0, 0, 1, 1])  # 288 points across both axes: 28.8 points a data unit
+    rises = crossing_fit.label_rises(ax, [(5, 5), (5, 5), (1, 1)], ["1", "2", "3"], fontsize=8, offset=(5, 3), marker=13)
+    plt.close(fig)
+    assert rises[2] == 0  # alone, beside its own star
+    # the first of the pair clears the other star (top 6.5 points above the point): 6.5 + 0.5 - 3 = 4;
+    # the second clears that number (8 points tall from 7 up): 7 + 8 + 0.5 - 3 = 12.5
+    assert rises[:2] == [pytest.approx(4), pytest.approx(12.5)]
+
+
 def test_crossing_fit_keeps_a_listed_tables_text_and_takes_any_other_as_the_familys(monkeypatch, tmp_path, crossing_fit):
     # a 4-layer scan checked against the 2-layer law is labelled as 4 layers, not as the family's plain text
     monkeypatch.setattr(crossing_fit.lr_ratio, "SCANS", (("results/deep.csv", "depth", "bytes, 4 layers"),))

@@ -237,6 +237,29 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     return dict(fit=f, held=held, rows=rows, checked=checked)
 
 
+def label_rises(ax, points: list[tuple[float, float]], texts: list[str], fontsize: float = 8,
+                offset: tuple[float, float] = (5, 3), marker: float = 13) -> list[float]:
+    """How far (in points) to raise each label above its place at ``offset`` from its point so that it
+    covers neither another label nor a marker (``marker`` points across): from the lowest point up, a
+    label that would cover one goes just above it."""
+    if not points:
+        return []
+    xy = ax.transData.transform(points) * 72 / ax.figure.dpi  # in points
+    half = marker / 2
+    boxes = [(x - half, x + half, y - half, y + half) for x, y in xy]  # (left, right, bottom, top)
+    rises = [0.0] * len(points)
+    for i in sorted(range(len(points)), key=lambda i: xy[i][1]):
+        left = xy[i][0] + offset[0]
+        right = left + 0.6 * fontsize * len(texts[i])  # a bold character is about 0.6 em wide
+        bottom = xy[i][1] + offset[1]
+        others = boxes[:i] + boxes[i + 1:]  # a label sits beside its own marker, so that one never counts
+        while hit := [b for b in others if left < b[1] and b[0] < right and bottom < b[3] and b[2] < bottom + fontsize]:
+            bottom = max(b[3] for b in hit) + 0.5
+        boxes.append((left, right, bottom, bottom + fontsize))
+        rises[i] = bottom - xy[i][1] - offset[1]
+    return rises
+
+
 def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, checked: list[dict] = ()) -> None:
     """The fitted settings with the law per width (solid) and per held-out width (dotted); each --check setting
     as a red star, with the law at its size and the ± 1 and ± 2 sd bands of a new setting shaded around it."""
@@ -267,9 +290,6 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
         if c["z"] is not None:  # a bound has no point to draw
             ax.plot([c["tpp"]], [c["measured"]], "*", color="tab:red", ms=13, mec="black", mew=0.6, label=label)
             label = None  # one legend entry for all of them
-            # by size and table: two depths of one size read alike by size alone
-            ax.annotate(f"{lr_ratio.size(c['params'])}, {c['table']}", (c["tpp"], c["measured"]), xytext=(6, 6),
-                        textcoords="offset points", fontsize=7, color="tab:red")
     ax.axhline(1, color="black", lw=1.2, ls="--")
     low = min([MIN_TPP] + [c["tpp"] for c in checked])
     ax.text(low / 1.5, 1.04, quantity[5], fontsize=8)
@@ -284,6 +304,18 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)  # below: inside, it hid points
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
+    # each star numbered, with a key beside the axes by size and table (two depths of one size read alike
+    # by size alone): whole names crowd each other where several settings sit close
+    stars = [c for c in checked if c["z"] is not None]
+    numbers = [str(k) for k in range(1, len(stars) + 1)]
+    at = [(c["tpp"], c["measured"]) for c in stars]
+    for number, xy, rise in zip(numbers, at, label_rises(ax, at, numbers)):
+        ax.annotate(number, xy, xytext=(5, 3 + rise), textcoords="offset points", fontsize=8, color="tab:red",
+                    fontweight="bold", arrowprops=dict(arrowstyle="-", lw=0.5, color="tab:red", shrinkA=0, shrinkB=5)
+                    if rise else None)
+    if stars:
+        key = "\n".join(f"{n:>2}  {lr_ratio.size(c['params'])}, {c['table']}" for n, c in zip(numbers, stars))
+        ax.text(1.02, 1, key, transform=ax.transAxes, va="top", fontsize=7.5, color="tab:red", family="monospace")
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     print(f"\nwrote {path}")
