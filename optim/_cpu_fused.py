@@ -1,9 +1,10 @@
 """The fused CPU kernels of AdamS and Lion (optim/_cpu_kernels.cpp), compiled at first use.
 
-``torch.utils.cpp_extension`` builds them once per machine (about a minute on a 2-core CPU; a
-C++ compiler and ninja are needed) into torch's extension cache, for the CPU's vector width
-(AVX-512, AVX2, or portable code). If they cannot be built, ``kernels()`` returns None and the
-optimizers fall back to the torch.compile path, saying so once.
+``torch.utils.cpp_extension`` builds them once per machine (about half a minute on a 2-core CPU;
+a C++ compiler and ninja are needed) into torch's extension cache, for the CPU's vector width
+(AVX-512, AVX2, or portable code), as a library of torch operators (``torch.ops.<name>``). If they
+cannot be built, ``kernels()`` returns None and the optimizers fall back to the torch.compile path,
+saying so once.
 """
 
 from __future__ import annotations
@@ -33,18 +34,20 @@ def capability() -> str:
     return "AVX512" if found.startswith("AVX512") else "AVX2" if found.startswith("AVX2") else "DEFAULT"
 
 
+def build(name: str, source: Path):
+    """Compile ``source`` for this CPU and load its operators: ``torch.ops.<name>``, each kernel an attribute."""
+    from torch.utils.cpp_extension import load
+
+    load(name=name, sources=[str(source)], is_python_module=False, verbose=False, extra_ldflags=["-fopenmp"],
+         extra_cflags=["-O3", "-fopenmp", f"-DADAMS_GPT_OPS={name}", *_FLAGS.get(capability(), [])])
+    return getattr(torch.ops, name)
+
+
 @functools.cache
 def kernels():
-    """The compiled module (``adams_step``, ``lion_step``, ``no_math_step``), or None if it cannot be built here."""
-    from torch.utils.cpp_extension import load_inline
-
-    cap = capability()
+    """The compiled kernels (``adams_step``, ``lion_step``, ``no_math_step``), or None if they cannot be built here."""
     try:
-        return load_inline(
-            name=f"adams_gpt_cpu_{cap.lower()}", cpp_sources=SOURCE.read_text(),
-            functions=["adams_step", "lion_step", "no_math_step"],
-            extra_cflags=["-O3", "-fopenmp", *_FLAGS.get(cap, [])], extra_ldflags=["-fopenmp"], verbose=False,
-        )
+        return build(f"adams_gpt_cpu_{capability().lower()}", SOURCE)
     except Exception as e:  # no compiler or ninja, or a build error
         log.warning("fused CPU kernels unavailable (%s: %s); using the torch.compile path", type(e).__name__,
                     str(e).splitlines()[0] if str(e) else "")

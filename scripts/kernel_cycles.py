@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,11 +44,15 @@ def source_at(rev: str) -> str:
 
 def build(source: str):
     """Compile another revision's kernel source as optim/_cpu_fused.py compiles this tree's."""
-    from torch.utils.cpp_extension import load_inline
-
     cap = _cpu_fused.capability()
-    functions = [f for f in ("adams_step", "lion_step", "no_math_step") if f"void {f}(" in source]
     name = f"kernel_cycles_{cap.lower()}_{hashlib.sha1(source.encode()).hexdigest()[:10]}"
+    if "TORCH_LIBRARY" in source:  # an operator library, as the kernels are built now
+        path = Path(tempfile.mkdtemp()) / f"{name}.cpp"
+        path.write_text(source)
+        return _cpu_fused.build(name, path)
+    from torch.utils.cpp_extension import load_inline  # older revisions: a pybind11 module
+
+    functions = [f for f in ("adams_step", "lion_step", "no_math_step") if f"void {f}(" in source]
     return load_inline(name=name, cpp_sources=source, functions=functions,
                        extra_cflags=["-O3", "-fopenmp", *_cpu_fused._FLAGS.get(cap, [])], extra_ldflags=["-fopenmp"])
 
