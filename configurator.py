@@ -33,6 +33,7 @@ class TrainConfig:
     log_interval: int = 10  # iterations between log lines; 1 logs every iteration
     eval_iters: int = 20  # batches per evaluation (the same batches every time)
     eval_only: bool = False  # evaluate once and exit
+    sample_tokens: int = 300  # tokens of text printed at the end of a run, to see what the model learned; 0: none
     always_save_checkpoint: bool = True  # save at every eval, not only when val loss improves
     init_from: str = "scratch"  # 'scratch', 'resume' (out_dir's latest checkpoint), 'auto' (resume if there is one), or a GPT-2 name / local HF directory
     keep_checkpoints: int = 2  # how many of the newest checkpoints to keep in out_dir/checkpoints
@@ -199,7 +200,7 @@ def check(cfg: TrainConfig, world_size: int = 1) -> None:
             raise UserError(f"{key} must be at least 1, got {getattr(cfg, key)}")
     if cfg.keep_checkpoints < 2:
         raise UserError(f"keep_checkpoints must be at least 2 (one may be mid-write), got {cfg.keep_checkpoints}")
-    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "max_consecutive_skips"):
+    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "max_consecutive_skips", "sample_tokens"):
         if getattr(cfg, key) < 0:
             raise UserError(f"{key} must be >= 0, got {getattr(cfg, key)}")
     for key in ("learning_rate", "min_lr", "weight_decay", "eps", "grad_clip"):

@@ -228,11 +228,13 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     finally:
         bar.close()  # before any error message, so that message is the last line
 
-    if not cfg.eval_only and (main_rank or cfg.fsdp):  # under FSDP every rank takes part in the forward
-        text = sample(raw_model, device, cfg.seed, data["vocab_size"])
+    # under FSDP every rank takes part in the forward
+    if cfg.sample_tokens and not cfg.eval_only and (main_rank or cfg.fsdp):
+        text = sample(raw_model, device, cfg.seed, data["vocab_size"], cfg.sample_tokens)
         if main_rank:
             print(f"\n--- sample ---\n{text}\n--------------")
-            print(f"metrics: {log.path}\ncheckpoint: {checkpoint.latest(out_dir)}\nconfig: {out_dir / 'config.json'}")
+    if not cfg.eval_only and main_rank:
+        print(f"metrics: {log.path}\ncheckpoint: {checkpoint.latest(out_dir)}\nconfig: {out_dir / 'config.json'}")
     log.finish()
     return dict(summary, skipped_steps=progress.skipped_steps)
 

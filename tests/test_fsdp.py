@@ -77,9 +77,10 @@ def run_config(data_dir, out, name, **overrides):
 def test_fsdp_two_processes_match_one_process(name, data_dir, tmp_path):
     single = run_config(data_dir, tmp_path / "single", name)
     train.main(single)
-    sharded = run_config(data_dir, tmp_path / "fsdp", name, fsdp=True)
-    torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(sharded))
+    sharded = run_config(data_dir, tmp_path / "fsdp", name, fsdp=True, sample_tokens=20)  # a sample: every rank's forward
+    result = torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(sharded))
     assert_close_losses(single.out_dir, sharded.out_dir)
+    assert result.stdout.count("--- sample ---") == 1  # printed by rank 0 alone
 
 
 @pytest.mark.parametrize("name", ["adam_mini", pytest.param("adams", marks=pytest.mark.slow)])

@@ -27,6 +27,7 @@ from scripts import (
     update_alignment,
     update_magnitude,
 )
+from tests.conftest import start_together
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +62,7 @@ def sweep_out(data_dir, tmp_path_factory):
     args = ["--grid", "beta1=0.9,0.95", "--grid", "beta2=0.95,0.999", "--seeds", "1", "2", "--out", str(out), "--jobs", "2"]
     for item in (f"data_dir={data_dir}", "dataset=tiny", "n_layer=1", "n_head=2", "n_embd=32", "block_size=32",
                  "batch_size=4", "max_iters=6", "lr_decay_iters=6", "warmup_iters=1", "eval_interval=3",
-                 "eval_iters=2", "device=cpu", "dtype=float32"):
+                 "eval_iters=2", "device=cpu", "dtype=float32", "sample_tokens=0"):
         args += ["--set", item]
     sweep.main(args)
     return out, args
@@ -114,7 +115,7 @@ def test_sweep_from_another_folder_keeps_relative_paths_relative_to_it(data_dir,
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.py").write_text(f"data_dir = {str(data_dir)!r}\ndataset = 'tiny'\n")
     sets = ["n_layer=1", "n_head=2", "n_embd=32", "block_size=32", "batch_size=4", "max_iters=2", "lr_decay_iters=2",
-            "warmup_iters=1", "eval_interval=2", "eval_iters=1", "device=cpu", "dtype=float32"]
+            "warmup_iters=1", "eval_interval=2", "eval_iters=1", "device=cpu", "dtype=float32", "sample_tokens=0"]
     rows = sweep.main(["mine.py", "--out", "rel", *[a for item in sets for a in ("--set", item)]])
     assert (tmp_path / "rel" / "seed=1337" / "metrics.jsonl").exists()
     assert rows[0]["finished"] and math.isfinite(rows[0]["mean"])
@@ -500,8 +501,8 @@ def test_cuda_step_host_time_takes_the_triton_branch():
     # results/cpu/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
     # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
     repo = REPO
-    result = subprocess.run([sys.executable, "results/cpu/cuda_step_host_time.py"], cwd=repo, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run([sys.executable, "results/cpu/cuda_step_host_time.py", "--repeats", "5"], cwd=repo,
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split() for line in result.stdout.splitlines()[2:]]
     assert [(r[0], int(r[1])) for r in rows] == [("small", 148), ("medium", 292), ("large", 436), ("xl", 580)]
@@ -892,14 +893,23 @@ def test_embedding_lr_fits_r_emb_growing_with_the_embeddings_lr(tmp_path, capsys
 BY_PATH = sorted(p.relative_to(REPO).as_posix() for p in [*REPO.glob("scripts/[a-z]*.py"), *REPO.glob("data/*/prepare.py")])
 
 
+@pytest.fixture(scope="module")
+def help_runs(tmp_path_factory):
+    """script -> (its folder, the future of `python <script> --help` run there), all started together."""
+    folders = {script: tmp_path_factory.mktemp("help") for script in ["train.py", *BY_PATH]}
+    futures = start_together({script: [sys.executable, str(REPO / script), "--help"] for script in folders},
+                             cwd=folders.get, timeout=180)
+    return {script: (folders[script], futures[script]) for script in folders}
+
+
 @pytest.mark.parametrize("script", ["train.py", *BY_PATH])
-def test_every_script_runs_by_path_from_anywhere(script, tmp_path):
+def test_every_script_runs_by_path_from_anywhere(script, help_runs):
     # the README names scripts by path, so `python scripts/x.py` from any folder must import the repo's modules
-    result = subprocess.run([sys.executable, str(REPO / script), "--help"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120)
+    folder, future = help_runs[script]
+    result = future.result()
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage" in result.stdout.lower() or "keys (default, meaning)" in result.stdout, result.stdout[:500]
-    assert not any(tmp_path.iterdir()), "--help wrote files"
+    assert not any(folder.iterdir()), "--help wrote files"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")

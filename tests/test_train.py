@@ -19,7 +19,7 @@ import train
 from configurator import TrainConfig
 from errors import UserError
 from optim import OPTIMIZERS
-from tests.conftest import per_optimizer, tiny_config
+from tests.conftest import per_optimizer, start_together, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 # a learning rate that trains the tiny model for each optimizer (Lion wants ~10x less than AdamW)
@@ -99,15 +99,27 @@ def test_bfloat16_autocast_and_float16_gradscaler_run_on_cpu(data_dir, tmp_path)
         assert math.isfinite(summary["val_loss"])
 
 
-@pytest.mark.parametrize("args, message", [
+USER_ERRORS = [
     (["--learnig_rate=1e-3"], "error: unknown config key 'learnig_rate' in the command line (did you mean 'learning_rate'?)"),
     (["--dataset=nope", "--out_dir=OUT"], "error: dataset folder"),
     (["--optimizer=adamz"], f"error: optimizer='adamz' is not one of: {', '.join(OPTIMIZERS)}"),
     (["--init_from=resume", "--out_dir=OUT"], "error: no checkpoint in"),
-])
-def test_user_errors_exit_non_zero_with_one_line(args, message, tmp_path):
-    args = [a.replace("OUT", str(tmp_path / "out")) for a in args]
-    result = run_cli(*args)
+]
+
+
+@pytest.fixture(scope="module")
+def user_error_runs(tmp_path_factory):
+    """The command lines of USER_ERRORS (OUT: a folder of their own) -> their train.py runs, started together."""
+    commands = {}
+    for args, _ in USER_ERRORS:
+        out = tmp_path_factory.mktemp("out")
+        commands[tuple(args)] = [sys.executable, "train.py", *[a.replace("OUT", str(out)) for a in args]]
+    return start_together(commands, cwd=REPO, timeout=300)
+
+
+@pytest.mark.parametrize("args, message", USER_ERRORS)
+def test_user_errors_exit_non_zero_with_one_line(args, message, user_error_runs):
+    result = user_error_runs[tuple(args)].result()
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith(message)
     assert "Traceback" not in result.stderr
@@ -150,6 +162,19 @@ def test_two_ddp_processes_match_one_process_with_twice_the_accumulation(name, d
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
     derived = json.loads((Path(ddp.out_dir) / "config.json").read_text())["derived"]
     assert derived["world_size"] == 2 and derived["micro_steps_per_rank"] == 1
+
+
+@pytest.mark.parametrize("tokens", [0, 40])
+def test_a_run_ends_with_a_sample_of_sample_tokens(tokens, data_dir, tmp_path, capsys):
+    train.main(tiny_config(data_dir, tmp_path / "run", max_iters=2, eval_interval=2, sample_tokens=tokens))
+    out = capsys.readouterr().out
+    assert "metrics: " in out and "checkpoint: " in out
+    if not tokens:
+        assert "--- sample ---" not in out
+        return
+    text = out.split("--- sample ---\n")[1].split("\n--------------")[0]
+    # byte tokens: the prompt's newline, then 40 bytes, some of which may decode to U+FFFD or join into one character
+    assert text.startswith("\n") and 1 < len(text) <= 41
 
 
 def test_main_leaves_no_global_floating_point_state_behind(data_dir, tmp_path):

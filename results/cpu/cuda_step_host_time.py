@@ -9,8 +9,10 @@ matter to this work, so the models keep GPT-2's layer counts (and so its number 
 width 64. Single-threaded; a 2-core VM, so expect a few percent between runs.
 
     python results/cpu/cuda_step_host_time.py > results/cpu/cuda_step_host_time.txt
+    python results/cpu/cuda_step_host_time.py --repeats 5   # a quick check that it runs
 """
 
+import argparse
 import contextlib
 import statistics
 import sys
@@ -66,18 +68,21 @@ def time_steps(opt, repeats=300):
     return statistics.median(times) * 1e3
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=300, help="timed steps per optimizer and size (the median is kept)")
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     stub_triton()
-    print(f"torch {torch.__version__}; CPU time per step, median of 300 (ms); Triton launch not included")
+    print(f"torch {torch.__version__}; CPU time per step, median of {args.repeats} (ms); Triton launch not included")
     print(f"{'size':8s} {'tensors':>7s} {'AdamS':>8s} {'Lion':>8s}")
     for size, n_layer in LAYERS.items():
         model = GPT(GPTConfig(n_layer=n_layer, n_head=4, n_embd=64, block_size=64, vocab_size=256))
         params = list(model.parameters())
         for p in params:
             p.grad = torch.randn_like(p)
-        adams = time_steps(AdamS(params, lr=1e-4, fused=True))
-        lion = time_steps(Lion(params, lr=1e-5, fused=True))
+        adams = time_steps(AdamS(params, lr=1e-4, fused=True), args.repeats)
+        lion = time_steps(Lion(params, lr=1e-5, fused=True), args.repeats)
         print(f"{size:8s} {len(params):7d} {adams:8.3f} {lion:8.3f}", flush=True)
 
 
