@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from data.countdown import prepare as countdown_prepare
+from data.countdown import task
 from data.countdown.task import (
     CORRECT_SCORE,
     FORMAT_SCORE,
@@ -43,9 +44,15 @@ def test_solutions_take_the_numbers_left_to_right_in_the_prompts_order():
         assert str(list(p.numbers)) in prompt(p)
 
 
-def test_asking_for_more_problems_than_exist_is_an_error_not_a_hang():
-    with pytest.raises(ValueError, match="distinct problems"):
-        generate(5_000, seed=0, max_number=2)
+def test_asking_for_more_problems_than_exist_is_an_error_not_a_hang(monkeypatch):
+    # numbers 1-2: 4 multisets of three and 5 of four, times 100 targets, so 900 at most
+    with pytest.raises(ValueError, match="at most 900 distinct problems"):
+        generate(901, seed=0, max_number=2)
+    # fewer than that bound can be reached (the folds reach few targets): the generator gives up after
+    # MAX_MISSES draws in a row find nothing new (made smaller here; at 200,000 that takes ~14 s)
+    monkeypatch.setattr(task, "MAX_MISSES", 2_000)
+    with pytest.raises(ValueError, match="found only [0-9]+ distinct problems with numbers up to 2"):
+        generate(900, seed=0, max_number=2)
 
 
 def test_train_and_test_share_no_problem():

@@ -19,6 +19,7 @@ exact fractions: no model output is ever executed.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ FORMAT_SCORE, CORRECT_SCORE = 0.1, 1.0
 _ANSWER = re.compile(r"<answer>(.*?)</answer>")
 _TOKEN = re.compile(r"\s*(\d+|[-+*/()])")
 MAX_ANSWER_CHARS = 200  # longer answers are not evaluated (format score only)
+MAX_MISSES = 200_000  # draws in a row that find no new problem before generate() gives up
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,15 @@ def generate(n: int, seed: int, max_number: int = 25, max_target: int = 100, ope
     """``n`` distinct solvable problems (distinct as a multiset of numbers and a target), a pure
     function of ``seed``. ValueError if the settings allow fewer than ``n`` (single digits: about
     22,800)."""
+    # at most every multiset of numbers with every target: too few fails at once, not after MAX_MISSES tries
+    bound = sum(math.comb(max_number + k - 1, k) for k in operands) * max_target
+    if n > bound:
+        raise ValueError(f"there are at most {bound:,} distinct problems with numbers up to {max_number} and targets "
+                         f"up to {max_target}; ask for fewer than {n} or allow larger numbers")
     rng = random.Random(seed)
     problems, seen, misses = [], set(), 0
     while len(problems) < n:
-        if misses > 200_000:
+        if misses > MAX_MISSES:
             raise ValueError(f"found only {len(problems)} distinct problems with numbers up to {max_number}; "
                              f"ask for fewer than {n} or allow larger numbers")
         misses += 1
