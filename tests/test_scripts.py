@@ -991,6 +991,10 @@ def test_tune_triton_times_each_setting_and_restores_the_kernels_own(monkeypatch
     assert table[-4].split()[:2] == ["4096", "8"] and table[-1].split()[:2] == ["8192", "16"]  # fastest first
 
 
+# where the faked Python says torch is (the real one would take seconds to import torch and say)
+FAKE_TORCH = "/fake/site-packages/torch"
+
+
 def test_gpu_checks_lr_and_rbar_commands(tmp_path):
     """The lr and rbar stages' commands, with Python faked (no GPU here) in a copy of the script's folder
     layout: each sweep gets the scan's shared settings first and the stage's own and LR_EXTRA after them
@@ -1003,7 +1007,8 @@ def test_gpu_checks_lr_and_rbar_commands(tmp_path):
         (root / f"config/train_gpt2_small_{opt}.py").write_text("")
     log, shim = tmp_path / "calls.txt", tmp_path / "python"
     shim.write_text(f"""#!/usr/bin/env bash
-if [ "$1" = -c ]; then case $2 in *cuda*) echo fake GPU; exit 0 ;; *) exec {sys.executable} "$@" ;; esac; fi
+if [ "$1" = -c ]; then case $2 in *cuda*) echo fake GPU; exit 0 ;; *torch.__file__*) echo {FAKE_TORCH}; exit 0 ;;
+  *) exec {sys.executable} "$@" ;; esac; fi
 echo "$*" >> {log}
 [ "$2" != data.pystdlib.prepare ] || {{ mkdir -p data/sitesrc_gpt2 && touch data/sitesrc_gpt2/val.bin; }}
 prev=; for a; do [ "$prev" != --out ] || mkdir -p "$a"; prev=$a; done
@@ -1016,9 +1021,8 @@ prev=; for a; do [ "$prev" != --out ] || mkdir -p "$a"; prev=$a; done
                             env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     calls = log.read_text().splitlines()
-    site = Path(torch.__file__).parent.parent
-    assert [c for c in calls if "data.pystdlib.prepare" in c] == [
-        f"-m data.pystdlib.prepare --stdlib {site} --tokenizer tiktoken:gpt2 --out data/sitesrc_gpt2"]
+    assert [c for c in calls if "data.pystdlib.prepare" in c] == [  # LR_CORPUS=site: the folder holding torch's
+        f"-m data.pystdlib.prepare --stdlib {Path(FAKE_TORCH).parent} --tokenizer tiktoken:gpt2 --out data/sitesrc_gpt2"]
     sweeps = [c for c in calls if "scripts.sweep" in c]
     assert [c.split()[2] for c in sweeps] == [f"config/train_gpt2_small_{o}.py" for o in ("adamw", "adams", "adamw")]
     assert [c.split("--out ")[1] for c in sweeps] == ["out/lr_x/adamw", "out/lr_x/adams", "out/rbar"]
@@ -1042,7 +1046,8 @@ def test_gpu_checks_stops_when_the_corpus_cannot_be_built(tmp_path):
     (root / "config/train_gpt2_small_adamw.py").write_text("")
     log, shim = tmp_path / "calls.txt", tmp_path / "python"
     shim.write_text(f"""#!/usr/bin/env bash
-if [ "$1" = -c ]; then case $2 in *cuda*) echo fake GPU; exit 0 ;; *) exec {sys.executable} "$@" ;; esac; fi
+if [ "$1" = -c ]; then case $2 in *cuda*) echo fake GPU; exit 0 ;; *torch.__file__*) echo {FAKE_TORCH}; exit 0 ;;
+  *) exec {sys.executable} "$@" ;; esac; fi
 echo "$*" >> {log}
 [ "$2" != data.pystdlib.prepare ] || {{ echo "no BPE files" >&2; exit 1; }}
 """)
