@@ -24,14 +24,16 @@ import logging
 import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Shard
-from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.optim import Optimizer
 
-from ._momentum_only import check_hyperparameters, local, upcast
+from ._momentum_only import check_hyperparameters, is_dtensor, local, upcast
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,9 @@ def _sharded_block_mean(g2_local: torch.Tensor, block: Block, p: DTensor) -> tup
     Returns the block means (replicated) and this rank's rows. Only the row means travel:
     one float per row (an all-gather), or one float per tensor for the 'whole' rule.
     """
+    from torch.distributed.tensor import DTensor, Shard  # imported here: see _momentum_only.is_dtensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
     if len(p.placements) != 1 or not isinstance(p.placements[0], Shard) or p.placements[0].dim != 0:
         raise NotImplementedError(f"Adam-mini supports parameters sharded by rows (Shard(0)), got {p.placements}")
     local_shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
@@ -175,7 +180,7 @@ def adam_mini_update(p, grad, m, v, block: Block, step: int, lr, wd, beta1, beta
     rows = slice(None)
     if block.rule == "adam":
         g2 = g * g
-    elif isinstance(p, DTensor):
+    elif is_dtensor(p):
         if block.transposed:
             raise NotImplementedError(f"Adam-mini on a sharded (in, out) weight ({block.name}) is not supported")
         g2, rows = _sharded_block_mean(g * g, block, p)

@@ -502,6 +502,19 @@ class SignMomentum(torch.optim.Optimizer):
                 p.mul_(1 - group["lr"] * group["weight_decay"]).add_(m.sign(), alpha=-group["lr"])
 
 
+def test_importing_optim_leaves_torch_distributed_tensor_unimported():
+    # it costs ~45% of `import optim`; the optimizers recognise a DTensor without it (is_dtensor), and
+    # the FSDP tests check that they still do
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys, optim; print(sorted(m for m in sys.modules if m.startswith('torch.distributed.tensor')))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr[-2000:]
+
+
 def test_a_new_optimizer_is_one_file_and_one_entry(monkeypatch, data_dir, tmp_path):
     import train
     from optim import Entry
