@@ -34,11 +34,6 @@ def read_metrics(out_dir):
     return metrics.read(out_dir)
 
 
-def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "train.py", *args], cwd=REPO, capture_output=True, text=True,
-                          env=env, timeout=300)
-
-
 def test_lr_schedule_is_warmup_then_cosine():
     cfg = TrainConfig(learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110)
     assert train.get_lr(0, cfg) == pytest.approx(1 / 11)
