@@ -1309,10 +1309,14 @@ def test_crossing_fit_check_places_a_new_setting_in_sd_of_a_prediction_worked_by
     got = crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(table)])["checked"]
     assert got[0]["fit"] == pytest.approx(2**1.75) and got[0]["sd"] == pytest.approx(sd) and got[0]["z"] == pytest.approx(1.0)
     assert got[1]["z"] is None and got[2]["z"] > 0  # a short run sits above the law (the floor)
+    below = (math.log2(0.2) - 1.75) / sd  # the bound's distance from the law: the crossing lies further down
+    assert got[1]["bound"] == ("<", pytest.approx(below)) and got[1]["measured"] == pytest.approx(0.2)
+    assert got[0]["bound"] is None
     assert (got[0]["params"], got[0]["tpp"]) == (2**14, pytest.approx(2**8)) and (tmp_path / "fit.png").stat().st_size > 0
     assert got[0]["table"] == "new"  # the star's label in the figure: the table's name less lr_transfer_
     out = capsys.readouterr().out
     assert f"| {2 ** (1.75 + sd):.2f} | 3.36 | {2 ** (1.75 - sd):.2f}-{2 ** (1.75 + sd):.2f} | " in out and "| +1.0 | 3, 3 |" in out
+    assert f"| < {below:+.1f} | 3, 3 |" in out  # how far the bound sits, in sd, and on which side
     assert "| < 0.20 | 3.36 |" in out and "| 25 (below the fit's range) |" in out
     with pytest.raises(SystemExit, match="no lr_transfer table at"):
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(tmp_path / "missing.csv")])

@@ -131,7 +131,8 @@ def prediction_sd(f: dict, tpp: float, params: float) -> float:
 
 def check(f: dict, settings: list[dict], quantity: tuple) -> list[dict]:
     """Each setting's measured value against the fit: the prediction, its ± 1 and ± 2 sd bands, and the
-    measurement's distance from it in sd (None where the measurement is only a bound)."""
+    measurement's distance from it in sd; where the measurement is only a bound (the curves did not cross
+    inside the shared lrs), z is None and ``bound`` holds its side and the bound's distance, (">", 8.6)."""
     name, value = quantity[:2]
     print(f"\n| setting | parameters | tokens per parameter | {name} measured | fit | ± 1 sd | ± 2 sd | measured − fit, in sd | seeds (AdamW, AdamS) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -141,12 +142,16 @@ def check(f: dict, settings: list[dict], quantity: tuple) -> list[dict]:
         mid, sd = float(predict(f, t, p)[0]), prediction_sd(f, t, p)
         z = math.log2(x / mid) / sd if math.isfinite(x) and x > 0 else None
         shown = f"{x:.2f}" if z is not None else f"{s['carry'][0]} {s['carry'][1]:.2f}" if s["carry"] else "no crossing"
+        only_bound = z is None and s["carry"] and name == "crossing"  # the ratio has no bound to read
+        bound = (s["carry"][0], math.log2(s["carry"][1] / mid) / sd) if only_bound else None
+        distance = f"{z:+.1f}" if z is not None else f"{bound[0]} {bound[1]:+.1f}" if bound else "—"
         below = " (below the fit's range)" if t < MIN_TPP else ""
         print(f"| {lr_ratio.label(s)} | {lr_ratio.size(s['params'])} | {t:,.0f}{below} | {shown} | {mid:.2f} | "
               f"{mid * 2 ** -sd:.2f}-{mid * 2 ** sd:.2f} | {mid * 2 ** (-2 * sd):.2f}-{mid * 2 ** (2 * sd):.2f} | "
-              f"{'—' if z is None else f'{z:+.1f}'} | {s['seeds'][0]}, {s['seeds'][1]} |")
+              f"{distance} | {s['seeds'][0]}, {s['seeds'][1]} |")
         out.append(dict(setting=lr_ratio.label(s), table=s["varied"].removeprefix("lr_transfer_"), params=p, tpp=t,
-                        measured=x, fit=mid, sd=sd, z=z))
+                        measured=x if z is not None else s["carry"][1] if bound else math.nan, fit=mid, sd=sd, z=z,
+                        bound=bound))
     return out
 
 
@@ -262,7 +267,9 @@ def label_rises(ax, points: list[tuple[float, float]], texts: list[str], fontsiz
 
 def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, checked: list[dict] = ()) -> None:
     """The fitted settings with the law per width (solid) and per held-out width (dotted); each --check setting
-    as a red star, with the law at its size and the ± 1 and ± 2 sd bands of a new setting shaded around it."""
+    as a red star, with the law at its size and the ± 1 and ± 2 sd bands of a new setting shaded around it; a
+    setting whose curves did not cross inside the shared lrs as a red triangle at its bound, pointing the way
+    the crossing lies."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -280,6 +287,7 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
         if w in held:
             ax.plot(span, predict(held[w], span, np.full_like(span, w)), ":", color=colors[w], lw=1)
     label = "settings the fit did not see, against the law at their size ± 1 and 2 sd"
+    bound_label = "a bound: the curves did not cross inside the lrs both ran (▲ above, ▼ below)"
     for c in checked:
         span = np.geomspace(c["tpp"] / 2, c["tpp"] * 2, 30)
         mid = predict(f, span, np.full_like(span, c["params"]))
@@ -287,9 +295,13 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
         for k, alpha in ((2, 0.08), (1, 0.16)):
             ax.fill_between(span, mid * 2 ** (-k * sd), mid * 2 ** (k * sd), color="tab:red", alpha=alpha, lw=0)
         ax.plot(span, mid, "--", color="tab:red", lw=1)
-        if c["z"] is not None:  # a bound has no point to draw
+        if c["z"] is not None:
             ax.plot([c["tpp"]], [c["measured"]], "*", color="tab:red", ms=13, mec="black", mew=0.6, label=label)
             label = None  # one legend entry for all of them
+        elif c["bound"]:
+            ax.plot([c["tpp"]], [c["measured"]], "^" if c["bound"][0] == ">" else "v", color="tab:red", ms=9,
+                    mec="black", mew=0.6, label=bound_label)
+            bound_label = None
     ax.axhline(1, color="black", lw=1.2, ls="--")
     low = min([MIN_TPP] + [c["tpp"] for c in checked])
     ax.text(low / 1.5, 1.04, quantity[5], fontsize=8)
@@ -306,7 +318,7 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
     fig.tight_layout()
     # each star numbered, with a key beside the axes by size and table (two depths of one size read alike
     # by size alone): whole names crowd each other where several settings sit close
-    stars = [c for c in checked if c["z"] is not None]
+    stars = [c for c in checked if c["z"] is not None or c["bound"]]
     numbers = [str(k) for k in range(1, len(stars) + 1)]
     at = [(c["tpp"], c["measured"]) for c in stars]
     for number, xy, rise in zip(numbers, at, label_rises(ax, at, numbers)):
@@ -314,7 +326,8 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
                     fontweight="bold", arrowprops=dict(arrowstyle="-", lw=0.5, color="tab:red", shrinkA=0, shrinkB=5)
                     if rise else None)
     if stars:
-        key = "\n".join(f"{n:>2}  {lr_ratio.size(c['params'])}, {c['table']}" for n, c in zip(numbers, stars))
+        key = "\n".join(f"{n:>2}  {lr_ratio.size(c['params'])}, {c['table']}"
+                        + (f" ({c['bound'][0]} {c['measured']:.2f})" if c["bound"] else "") for n, c in zip(numbers, stars))
         ax.text(1.02, 1, key, transform=ax.transAxes, va="top", fontsize=7.5, color="tab:red", family="monospace")
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
