@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn
 
 import torch
@@ -47,6 +49,18 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
         raise UserError(f"device='{name}' but CUDA is not available here; use --device=cpu or --device=auto")
     return device
+
+
+def hardware(device: torch.device | str) -> str:
+    """What a run ran on, for its config.json: the GPU's name, or the CPU's model (/proc/cpuinfo's, else
+    the platform's). The same command on two kinds of CPU can part after a few hundred steps."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    return model or platform.processor() or platform.machine()
 
 
 def setup(backend: str, device: str) -> Dist:

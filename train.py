@@ -262,7 +262,8 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distri
     params = model.num_params()
     tokens_per_param = tokens_per_iter * cfg.max_iters / params  # the run's length, as results/ measures it
     derived = dict(tokens_per_iter=tokens_per_iter, parameters=params, tokens_per_param=tokens_per_param,
-                   world_size=dist_.world_size, micro_steps_per_rank=micro_steps, device=str(dist_.device), dtype=dtype)
+                   world_size=dist_.world_size, micro_steps_per_rank=micro_steps, device=str(dist_.device), dtype=dtype,
+                   hardware=distributed.hardware(dist_.device), torch=torch.__version__, threads=torch.get_num_threads())
     (out_dir / "config.json").write_text(json.dumps(dict(config=config, derived=derived), indent=2))
     print("config:", json.dumps(config))
     print(f"{params:,} parameters (without position embeddings); {tokens_per_iter:,} tokens per "

@@ -216,7 +216,14 @@ def test_the_run_is_described_in_tokens_per_parameter(optimizer, max_iters, star
     train.describe(cfg, {}, model, SimpleNamespace(world_size=1, device="cpu"), "float32", tmp_path)
     out = capsys.readouterr().out
     assert f"{max_iters:,} iterations = {2 * max_iters:.2f} tokens per parameter" in out
-    assert json.loads((tmp_path / "config.json").read_text())["derived"]["tokens_per_param"] == 2 * max_iters
+    derived = json.loads((tmp_path / "config.json").read_text())["derived"]
+    assert derived["tokens_per_param"] == 2 * max_iters
+    # what a run ran on, since the thread count and the CPU's kind change a run's last digits
+    assert (derived["torch"], derived["threads"]) == (torch.__version__, torch.get_num_threads())
+    cpuinfo = Path("/proc/cpuinfo")
+    models = {line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+              if line.startswith("model name")} if cpuinfo.is_file() else set()
+    assert derived["hardware"] in models if models else derived["hardware"]
     notes = [line for line in out.splitlines() if line.startswith("note: at this length AdamS's lr")]
     assert notes == ([f"note: at this length AdamS's lr is best started at {start} of an AdamW lr tuned at this length "
                       "(without one, at AdamS's best on a shorter run of this model), then scanned x2 either way, and on "
