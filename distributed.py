@@ -53,14 +53,15 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 def hardware(device: torch.device | str) -> str:
     """What a run ran on, for its config.json: the GPU's name, or the CPU's model (/proc/cpuinfo's, else
-    the platform's). The same command on two kinds of CPU can part after a few hundred steps."""
+    the platform's) and the vector instructions torch's kernels use there ("AMD EPYC, AVX2"). The same
+    command on two kinds of CPU can part after a few hundred steps."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
     model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
-    return model or platform.processor() or platform.machine()
+    return f"{model or platform.processor() or platform.machine()}, {torch.backends.cpu.get_cpu_capability()}"
 
 
 def setup(backend: str, device: str) -> Dist:

@@ -223,7 +223,8 @@ def test_the_run_is_described_in_tokens_per_parameter(optimizer, max_iters, star
     cpuinfo = Path("/proc/cpuinfo")
     models = {line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
               if line.startswith("model name")} if cpuinfo.is_file() else set()
-    assert derived["hardware"] in models if models else derived["hardware"]
+    model, isa = derived["hardware"].rsplit(", ", 1)
+    assert isa == torch.backends.cpu.get_cpu_capability() and (model in models if models else model)
     notes = [line for line in out.splitlines() if line.startswith("note: at this length AdamS's lr")]
     assert notes == ([f"note: at this length AdamS's lr is best started at {start} of an AdamW lr tuned at this length "
                       "(without one, at AdamS's best on a shorter run of this model), then scanned x2 either way, and on "
