@@ -30,8 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
-from torch.distributed.tensor import DTensor
 
 import distributed
 import metrics
@@ -270,6 +268,7 @@ def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimize
             dist_: distributed.Dist) -> Progress:
     """Load a checkpoint into this run, whatever its layout and this run's (one process, DDP or
     FSDP, any number of ranks), and return where it stood. Every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
     if "dcp_path" in state:  # sharded: torch.distributed.checkpoint reshards into this run's layout
         model_state, optim_state = get_state_dict(model, optimizer)
         load_sharded(state["dcp_path"], model_state, optim_state)
@@ -295,7 +294,9 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
     Parameters holding NaN/Inf are refused (every rank decides alike): the last good checkpoint
     stays the newest.
     """
-    shards = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    shards = [distributed.local(p) for p in model.parameters()]
     bad = torch.tensor(float(sum(not torch.isfinite(t).all() for t in shards)))
     if distributed.all_reduce_sum(bad).item():
         raise UserError(f"iteration {progress.iter}: the parameters hold NaN/Inf; refusing to checkpoint them. "

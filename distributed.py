@@ -16,9 +16,11 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+# torch.distributed.tensor and FSDP are imported where they are used: at the top they would add
+# about a third to every start, `train.py --help` and a config error included.
+from optim._momentum_only import is_dtensor, local  # noqa: F401  (local: re-exported for checkpoint)
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,9 @@ def parallelize(model: nn.Module, blocks: nn.ModuleList, dist_: Dist, dtype: tor
     """
     autocast = nullcontext() if dtype == torch.float32 else torch.autocast(dist_.device.type, dtype=dtype)
     if fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
         policy = MixedPrecisionPolicy() if dtype == torch.float32 else \
             MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         mesh = init_device_mesh(dist_.device.type, (dist_.world_size,))
@@ -151,7 +156,13 @@ def sync_gradients(model: nn.Module, enabled: bool) -> None:
     """Whether the next backward reduces gradients across ranks: only an iteration's last
     micro-step needs to; the others accumulate locally."""
     inner = getattr(model, "_orig_mod", model)  # under torch.compile
-    if isinstance(inner, FSDPModule):
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # loaded by parallelize if anything is sharded
+    if fsdp is not None and isinstance(inner, fsdp.FSDPModule):
         inner.set_requires_gradient_sync(enabled)
     elif isinstance(model, DDP):
         model.require_backward_grad_sync = enabled
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole of a DTensor (FSDP2), gathered from every rank; a plain tensor as is."""
+    return t.full_tensor() if is_dtensor(t) else t

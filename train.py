@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch.distributed.tensor import DTensor
 
 import checkpoint
 import configurator
@@ -183,8 +182,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
                 loss_sum += loss.detach()
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-            if isinstance(grad_norm, DTensor):
-                grad_norm = grad_norm.full_tensor()
+            grad_norm = distributed.full(grad_norm)  # FSDP2 returns this rank's part of the norm
             # one sync per step: the global mean loss, and the norm (identical on every rank after DDP)
             train_loss, norm = (distributed.all_reduce_sum(torch.stack([loss_sum, grad_norm.float()]))
                                 / dist_.world_size).tolist()
