@@ -502,14 +502,17 @@ class SignMomentum(torch.optim.Optimizer):
                 p.mul_(1 - group["lr"] * group["weight_decay"]).add_(m.sign(), alpha=-group["lr"])
 
 
-def test_importing_optim_leaves_torch_distributed_tensor_unimported():
-    # it costs ~45% of `import optim`; the optimizers recognise a DTensor without it (is_dtensor), and
-    # the FSDP tests check that they still do
+@pytest.mark.parametrize("module", ["optim", "train"])
+def test_importing_leaves_torch_distributed_tensor_and_fsdp_unimported(module):
+    # they cost ~45% of `import optim` and a third of `train.py --help`; the optimizers recognise a
+    # DTensor without them (is_dtensor), train.py imports FSDP when it shards, and the FSDP tests check
+    # that both still work
     import subprocess
     import sys
     from pathlib import Path
 
-    code = "import sys, optim; print(sorted(m for m in sys.modules if m.startswith('torch.distributed.tensor')))"
+    heavy = ("torch.distributed.tensor", "torch.distributed.fsdp", "torch.distributed.checkpoint")
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr[-2000:]
