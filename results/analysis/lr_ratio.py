@@ -82,6 +82,7 @@ SCANS = (
     ("results/lr_transfer_depth_4l_w32_100.csv", "depth", "bytes, 4 layers"),
     ("results/lr_transfer_depth_4l_w32_200.csv", "depth", "bytes, 4 layers"),
     ("results/lr_transfer_depth_4l_w32_400.csv", "depth", "bytes, 4 layers"),
+    ("results/lr_transfer_depth_6l_w32_100.csv", "depth", "bytes, 6 layers"),
     ("results/lr_transfer_depth_6l_100.csv", "depth", "bytes, 6 layers"),
     ("results/lr_transfer_depth_6l_200.csv", "depth", "bytes, 6 layers"),
     ("results/lr_transfer_depth_6l_400.csv", "depth", "bytes, 6 layers"),
