@@ -5,7 +5,7 @@
 
 Reads the tables that scripts/lr_transfer.py wrote for each scan (SCANS below: batch size, run
 length (also on models of 10K-115K parameters, 25-3,200 tokens per parameter), width (to 427K),
-depth (4, 6 and 8 layers at 17K-29K), architecture (Llama), vocabulary, AdamS's β2, GPT-2 Small on one H100 or
+depth (4, 6, 8 and 16 layers at 17K-82K), architecture (Llama), vocabulary, AdamS's β2, GPT-2 Small on one H100 or
 H200 at 32,768 and 491,520 tokens per step) and,
 for every setting where both optimizers' lr grids were scanned, prints and plots
 
@@ -90,6 +90,7 @@ SCANS = (
     ("results/lr_transfer_depth_8l_200.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_depth_8l.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_depth_8l_800.csv", "depth", "bytes, 8 layers"),
+    ("results/lr_transfer_depth_16l_100.csv", "depth", "bytes, 16 layers"),
     ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_8k.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_32k.csv", "architecture", "bytes, Llama"),
