@@ -52,6 +52,27 @@ inline void store_bf16(at::BFloat16* dst, const Vec& even, const Vec& odd) {
   const __m256i out = _mm256_blend_epi16(_mm256_srli_epi32(round_to_bf16_bits(even), 16), round_to_bf16_bits(odd), 0xAA);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), out);
 }
+#elif defined(CPU_CAPABILITY_AVX512)
+// The same even/odd split and rounding on AVX-512, 32 values a step. at::vec's AVX-512
+// conversions widen and narrow through lane-crossing moves as its AVX2 ones do, and with them the
+// bf16 AdamS step took 0.82-0.84x torch's fused AdamW against a 0.53-0.56x floor (2-core Xeon VM).
+inline void load_bf16(const at::BFloat16* src, Vec& even, Vec& odd) {
+  const __m512i x = _mm512_loadu_si512(src);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+inline __m512i round_to_bf16_bits(const Vec& v) {  // the rounded value sits in the high 16 bits
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i odd_lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  return _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), odd_lsb);
+}
+
+inline void store_bf16(at::BFloat16* dst, const Vec& even, const Vec& odd) {
+  const __m512i out = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(round_to_bf16_bits(even), 16),
+                                              round_to_bf16_bits(odd));
+  _mm512_storeu_si512(dst, out);
+}
 #endif
 
 // Apply f(x, g, m) -> (x, m), on Vec and on float, over one tensor of storage type T.
@@ -59,9 +80,9 @@ template <typename T, typename VecFn, typename ScalarFn>
 void for_each_element(T* p, const T* g, T* m, int64_t n, VecFn vec_fn, ScalarFn scalar_fn) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     int64_t i = begin;
-#if defined(CPU_CAPABILITY_AVX2)
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
     if constexpr (std::is_same_v<T, at::BFloat16>) {  // even- and odd-indexed halves, as above
-      for (; i + 16 <= end; i += 16) {
+      for (; i + 2 * Vec::size() <= end; i += 2 * Vec::size()) {
         Vec x0, x1, g0, g1, m0, m1;
         load_bf16(p + i, x0, x1);
         load_bf16(g + i, g0, g1);

@@ -141,7 +141,7 @@ def test_fused_cpu_adams_matches_the_formula_in_float64(betas, eps):
 
 
 def test_fused_cpu_bf16_rounds_as_torch_does():
-    # On AVX2 the kernels load and store bf16 by hand (even- and odd-indexed halves, their own
+    # On AVX2 and AVX-512 the kernels load and store bf16 by hand (even- and odd-indexed halves, their own
     # rounding). p + g through the no-math kernel must be fp32's sum rounded by torch, bit for bit:
     # over sixty decades, exact ties (both ways), overflow, inf, a zero sum, across body and tail.
     from optim import _cpu_fused
