@@ -96,3 +96,8 @@ def per_optimizer(names, representatives=("adams", "adam_mini")):
     Run them with `python -m pytest -m slow`, everything with `python -m pytest -m "slow or not slow"`.
     """
     return [pytest.param(n, marks=() if n in representatives else pytest.mark.slow) for n in names]
+
+
+@pytest.fixture(scope="session")
+def seed_spread():
+    return analysis_module("seed_spread")

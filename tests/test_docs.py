@@ -21,7 +21,7 @@ def test_config_table_is_the_one_config_table_py_writes():
 
 def test_layout_table_names_every_module_and_script():
     layout = README[README.index("## Layout"):]
-    for path in [*REPO.glob("*.py"), *REPO.glob("scripts/*.py")]:
+    for path in [*REPO.glob("*.py"), *REPO.glob("scripts/*.py"), *REPO.glob("results/analysis/*.py")]:
         name = path.relative_to(REPO).as_posix()
         if path.name != "__init__.py":
             assert f"`{name}`" in layout, f"README's layout table does not name {name}"
@@ -112,3 +112,14 @@ def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, c
         assert len(blocks) == 3
         for block in blocks:
             assert block in results, f"results/README.md's crossing_fit --of {of} tables are stale: paste its output"
+
+
+def test_results_readme_holds_the_seed_spread_table_of_the_law_tests(capsys, seed_spread):
+    # results/README.md's "Were the misses seed noise?" table is seed_spread.py's output over the tests' scans
+    depth = "4l_100 4l_200 4l 4l_800 4l_1600 6l_100 6l_200 6l_400 6l_800 8l_200 8l 8l_800 16l_100 4l_w32_100 4l_w32_200 4l_w32_400 6l_w32_100"
+    tables = ["results/lr_transfer_law_0.8m.csv", *(f"results/lr_transfer_depth_{d}.csv" for d in depth.split())]
+    seed_spread.main([str(REPO / t) for t in tables])
+    (table,) = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
+    results = (REPO / "results/README.md").read_text()
+    assert f"_{{{depth.replace(' ', ',')}}}.csv" in results, "results/README.md's seed_spread command lists other scans than this test"
+    assert table in results, "results/README.md's seed_spread table is stale: paste python results/analysis/seed_spread.py's table"

@@ -1322,6 +1322,26 @@ def test_crossing_fit_check_places_a_new_setting_in_sd_of_a_prediction_worked_by
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(tmp_path / "missing.csv")])
 
 
+def test_seed_spread_takes_the_median_sd_at_each_grids_three_best_points_worked_by_hand(tmp_path, capsys, seed_spread):
+    # AdamW's best three means are 1.0, 1.1, 1.2 (sds 0.01, 0.05, 0.02: median 0.02; the diverged point and the
+    # 0.9-sd one at 1.5 do not count); AdamS's are 1.9, 1.95, 2.0 (sds 0.06, 0.01, 0.04: median 0.04, above 0.03)
+    table = tmp_path / "lr_transfer_toy.csv"
+    table.write_text("params,batch_tokens,steps\n")
+    head = "params,batch_tokens,steps,betas,optimizer,lr,n,mean,std\n"
+    grid = [("adamw", 1e-3, 3, 1.2, 0.02), ("adamw", 2e-3, 3, 1.0, 0.01), ("adamw", 4e-3, 4, 1.1, 0.05),
+            ("adamw", 8e-3, 3, 1.5, 0.9), ("adamw", 1.6e-2, 3, math.inf, 0.0),
+            ("adams", 1e-3, 3, 2.0, 0.04), ("adams", 2e-3, 2, 1.9, 0.06), ("adams", 4e-3, 3, 1.95, 0.01), ("adams", 8e-3, 3, 2.5, 0.001)]
+    (tmp_path / "lr_transfer_toy_points.csv").write_text(
+        head + "".join(f'1000,100,2000,"(0.9, 0.95)",{o},{lr},{n},{m},{s}\n' for o, lr, n, m, s in grid))
+    (row,) = seed_spread.main([str(table)])
+    assert row["adamw"] == pytest.approx(0.02) and row["adams"] == pytest.approx(0.04)
+    assert (row["adamw_seeds"], row["adams_seeds"]) == (3, 2) and row["tpp"] == pytest.approx(200)
+    assert "| toy | 1,000 | 100 | 200 | 0.020 | 0.040 * | 3, 2 |" in capsys.readouterr().out
+    (tmp_path / "lr_transfer_toy_points.csv").unlink()
+    with pytest.raises(SystemExit, match="lr_transfer_toy_points.csv does not exist"):
+        seed_spread.main([str(table)])
+
+
 def test_crossing_fit_raises_a_stars_number_off_another_star_and_its_number(crossing_fit):
     # the figure numbers each --check star: a number goes up past any marker or number it would cover
     import matplotlib
