@@ -65,7 +65,7 @@ class AdamS(MomentumOnlyOptimizer):
     SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged; in
     our measurements (results/README.md) its steps were ~4x longer than AdamW's at the same
     learning rate at every batch size tried, and its best lr a tenth to two fifths of AdamW's
-    best in 46 of 61 scans (0.41-0.82x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
+    best in 47 of 62 scans (0.41-0.82x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
     models and 4- and 8-layer ones of 17K, 29K and 58K, a 6-layer one of 23K at 209 tokens per
     parameter, a 16-layer one of 54K at 100 on three seeds (0.17x on five), and a small Llama at
     larger batches):

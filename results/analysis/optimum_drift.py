@@ -146,7 +146,8 @@ def plot(out: list[dict], path: Path) -> None:
         for i, m in enumerate(out):
             s, v = m["group"][0], m["optima"][o]
             mid = math.exp(statistics.fmean(map(math.log, v)))
-            ax.plot(m["tpp"], [x / mid for x in v], "o-", color=f"C{i % 10}", ms=5, label=model_name(s))
+            # ten colours, then the next marker: an eleventh model must not pass for the first
+            ax.plot(m["tpp"], [x / mid for x in v], "-" + "osD^"[i // 10 % 4], color=f"C{i % 10}", ms=5, label=model_name(s))
         ax.axhline(1, color="black", lw=1)
         ax.set(xscale="log", yscale="log", xlabel="tokens per parameter",
                title=f"{o}'s best lr over its mean across run lengths, per model")
