@@ -92,6 +92,7 @@ SCANS = (
     ("results/lr_transfer_depth_8l_800.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_depth_16l_100.csv", "depth", "bytes, 16 layers"),
     ("results/lr_transfer_depth_16l_200.csv", "depth", "bytes, 16 layers"),
+    ("results/lr_transfer_depth_16l_400.csv", "depth", "bytes, 16 layers"),
     ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_8k.csv", "architecture", "bytes, Llama"),
     ("results/lr_transfer_llama_32k.csv", "architecture", "bytes, Llama"),
