@@ -19,12 +19,26 @@
 #include <ATen/cpu/vec/functional.h>  // convert_to_float / convert_from_float for BFloat16 and Half
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace {
 
 using Vec = at::vec::Vectorized<float>;
 constexpr int64_t kGrain = 1 << 15;  // elements per task: small tensors run on one thread
+
+// Ask for the cache lines 2 KiB past the ones each loop iteration reads. The hardware prefetcher
+// alone kept too few lines in flight once the loop had arithmetic in it: out of cache on one thread
+// (2-core Xeon VM, AVX-512) the AdamS loop took 21% (fp32) and 40% (bf16) longer than the no-math
+// loop, and with the hints 0.976 -> 0.835 and 0.759 -> 0.489 ns per element (scripts/kernel_cycles.py
+// --elements 33554432; the README has the table). A prefetch never faults, so asking past a
+// tensor's end is harmless; the address is formed as an integer to keep that defined.
+constexpr uintptr_t kAhead = 2048;
+inline void prefetch_ahead(const void* ptr) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(ptr) + kAhead), 0, 3);
+#endif
+}
 
 #if defined(CPU_CAPABILITY_AVX2)
 // bfloat16 on AVX2 without crossing the 128-bit halves of a register. at::vec's conversions
@@ -84,6 +98,7 @@ void for_each_element(T* p, const T* g, T* m, int64_t n, VecFn vec_fn, ScalarFn 
     if constexpr (std::is_same_v<T, at::BFloat16>) {  // even- and odd-indexed halves, as above
       for (; i + 2 * Vec::size() <= end; i += 2 * Vec::size()) {
         Vec x0, x1, g0, g1, m0, m1;
+        prefetch_ahead(p + i), prefetch_ahead(g + i), prefetch_ahead(m + i);
         load_bf16(p + i, x0, x1);
         load_bf16(g + i, g0, g1);
         load_bf16(m + i, m0, m1);
@@ -97,6 +112,7 @@ void for_each_element(T* p, const T* g, T* m, int64_t n, VecFn vec_fn, ScalarFn 
     if constexpr (std::is_same_v<T, float>) {
       for (; i + Vec::size() <= end; i += Vec::size()) {
         Vec x = Vec::loadu(p + i), gv = Vec::loadu(g + i), mv = Vec::loadu(m + i);
+        prefetch_ahead(p + i), prefetch_ahead(g + i), prefetch_ahead(m + i);
         vec_fn(x, gv, mv);
         x.store(p + i);
         mv.store(m + i);
@@ -104,6 +120,7 @@ void for_each_element(T* p, const T* g, T* m, int64_t n, VecFn vec_fn, ScalarFn 
     } else {  // other 16-bit storage: two float vectors per 16-bit vector
       using VecT = at::vec::Vectorized<T>;
       for (; i + VecT::size() <= end; i += VecT::size()) {
+        prefetch_ahead(p + i), prefetch_ahead(g + i), prefetch_ahead(m + i);
         auto [x0, x1] = at::vec::convert_to_float<T>(VecT::loadu(p + i));
         auto [g0, g1] = at::vec::convert_to_float<T>(VecT::loadu(g + i));
         auto [m0, m1] = at::vec::convert_to_float<T>(VecT::loadu(m + i));
