@@ -28,11 +28,12 @@ using Vec = at::vec::Vectorized<float>;
 constexpr int64_t kGrain = 1 << 15;  // elements per task: small tensors run on one thread
 
 // Ask for the cache lines 2 KiB past the ones each loop iteration reads. The hardware prefetcher
-// alone kept too few lines in flight once the loop had arithmetic in it: out of cache on one thread
-// (2-core Xeon VM, AVX-512) the AdamS loop took 21% (fp32) and 40% (bf16) longer than the no-math
-// loop, and with the hints 0.976 -> 0.835 and 0.759 -> 0.489 ns per element (scripts/kernel_cycles.py
-// --elements 33554432; the README has the table). A prefetch never faults, so asking past a
-// tensor's end is harmless; the address is formed as an integer to keep that defined.
+// alone kept too few lines in flight, the more so the more work each line carried: out of cache on
+// one thread (2-core Xeon VM, AVX-512) the AdamS loop took 21% (fp32) and 40% (bf16) longer than
+// the no-math loop, and with the hints 0.976 -> 0.835 and 0.759 -> 0.489 ns per element
+// (scripts/kernel_cycles.py --elements 33554432; the README has the table). A prefetch never
+// faults, so asking past a tensor's end is harmless; the address is formed as an integer to keep
+// that defined.
 constexpr uintptr_t kAhead = 2048;
 inline void prefetch_ahead(const void* ptr) {
 #if defined(__GNUC__) || defined(__clang__)
