@@ -65,10 +65,9 @@ class AdamS(MomentumOnlyOptimizer):
     SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged; in
     our measurements (results/README.md) its steps were ~4x longer than AdamW's at the same
     learning rate at every batch size tried, and its best lr a tenth to two fifths of AdamW's
-    best in 47 of 63 scans (0.41-0.82x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
+    best in 48 of 63 scans (0.41-0.82x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
     models and 4- and 8-layer ones of 17K, 29K and 58K, a 6-layer one of 23K at 209 tokens per
-    parameter, a 16-layer one of 54K at 400 and at 100 on three seeds (0.17x on five), and a small Llama at
-    larger batches):
+    parameter, a 16-layer one of 54K at 400, and a small Llama at larger batches):
     ``python -m scripts.noise_scale`` on a short AdamW run estimates the factor for your model.
     Under ~200 tokens per parameter start at a quarter of a tuned AdamW lr; from ~400 on at half of
     it (within 0.01 nats of AdamS's best in fourteen of nineteen such scans, the best of a quarter,

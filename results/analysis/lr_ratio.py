@@ -90,7 +90,7 @@ SCANS = (
     ("results/lr_transfer_depth_8l_200.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_depth_8l.csv", "depth", "bytes, 8 layers"),
     ("results/lr_transfer_depth_8l_800.csv", "depth", "bytes, 8 layers"),
-    ("results/lr_transfer_depth_16l_100.csv", "depth", "bytes, 16 layers"),
+    ("results/lr_transfer_depth_16l_100_more.csv", "depth", "bytes, 16 layers"),
     ("results/lr_transfer_depth_16l_200.csv", "depth", "bytes, 16 layers"),
     ("results/lr_transfer_depth_16l_400.csv", "depth", "bytes, 16 layers"),
     ("results/lr_transfer_llama.csv", "architecture", "bytes, Llama"),
