@@ -108,7 +108,8 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and the summary")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run; VALUE may be FACTOR*GRIDKEY (repeatable)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, locally")
-    parser.add_argument("--threads", type=int, help="CPU threads per run (OMP_NUM_THREADS); default cores // jobs")
+    parser.add_argument("--threads", type=int,
+                        help="CPU threads per process (OMP_NUM_THREADS); default cores // (jobs x nproc)")
     parser.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun when > 1)")
     parser.add_argument("--print-commands", action="store_true", help="print the commands instead of running them")
     parser.add_argument("--summarize", action="store_true", help="only tabulate the runs that finished; run nothing")
@@ -133,7 +134,8 @@ def main(argv=None):
 
     todo = [(p, s, d) for p, s, d in runs if not final_val_loss(d)[1]]
     print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run, {args.jobs} at a time")
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)  # pinned: the count changes the numbers
+    # pinned: the count changes the numbers; split among every process of every run at once, torchrun's included
+    threads = args.threads or max(1, (os.cpu_count() or 1) // (args.jobs * max(1, args.nproc)))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
 
     def run(job):

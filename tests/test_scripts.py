@@ -133,7 +133,8 @@ def test_sweep_pins_each_runs_threads(tmp_path, monkeypatch):
     grid = ["--grid", "learning_rate=1e-3,2e-3", "--out", str(tmp_path)]
     sweep.main(grid + ["--jobs", "2"])
     sweep.main(grid + ["--jobs", "2", "--threads", "1"])
-    assert seen == ["4", "4", "1", "1"]  # cores // jobs unless told
+    sweep.main(grid + ["--jobs", "1", "--nproc", "4"])
+    assert seen == ["4", "4", "1", "1", "2", "2"]  # cores // (jobs x processes per run) unless told
 
 
 def test_sweep_refuses_a_missing_config_before_running_anything(tmp_path, monkeypatch):
