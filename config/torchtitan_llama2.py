@@ -9,7 +9,7 @@ with our optimizers plugged into torchtitan's own container (optim/torchtitan.py
 Each function returns torchtitan's ``Trainer.Config``; its fields can be overridden on the command
 line as torchtitan documents (``--training.steps 100``). The numbers are the ones train.py's
 configs use, from config/recipes.py (``llama2_paper``): Llama 2's AdamW (β (0.9, 0.95), ε 1e-5,
-weight decay 0.1, peak lr 3e-4, decay to 10%), the paper's batch, context, warmup, linear decay,
+weight decay 0.1, peak lr 3e-4 at 7B and the appendix's 1e-4 at 13B, decay to 10%), the paper's batch, context, warmup, linear decay,
 clip 1.0 and length, and the paper's transfer rules for AdamS and Lion. torchtitan's recipe for the
 rest: FSDP2 over all GPUs, bf16 parameters in compute with fp32 reduction, full activation
 checkpointing, torch.compile, C4 streamed from the Hub, and weight decay on every tensor (its recipes'

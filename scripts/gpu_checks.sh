@@ -4,7 +4,7 @@
 # torch and Triton (no install needed: the scripts import the repo's modules from its root):
 #
 #   bash scripts/gpu_checks.sh tests optim        # CUDA tests; optimizer step fp32 Small-XL, bf16 Small-Medium
-#   bash scripts/gpu_checks.sh train memory       # train.py tokens/s and MFU; memory and max micro-batch, Large and XL
+#   bash scripts/gpu_checks.sh grpo train memory  # GRPO smoke run (tiny Qwen2, CUDA); tokens/s and MFU; Table 1 at Small and XL
 #   bash scripts/gpu_checks.sh tune               # the Triton kernel's block size and elements per thread, fp32 and bf16
 #   bash scripts/gpu_checks.sh lr                 # GPT-2 Small lr bracket, AdamW and AdamS (results/gpu/README.md)
 #   bash scripts/gpu_checks.sh rbar               # R-bar (README's lr rule) along an AdamW 6e-4 run of the lr stage's kind
@@ -35,19 +35,19 @@ LR_EXTRA=${LR_EXTRA:-}
 LR_OUT=${LR_OUT:-lr_small}
 LR_CORPUS=${LR_CORPUS:-torch}
 LR_POINTS=${LR_POINTS:-adamw:6e-4 adams:1.5e-4 adams:6e-4 adamw:3e-4 adamw:1.2e-3 adams:1e-4 adams:2e-4 adams:3e-4 adamw:1.5e-4 adamw:2.4e-3 adams:5e-5}
-[ $# -gt 0 ] || { echo "usage: bash scripts/gpu_checks.sh STAGE... (stages: tests optim tune train memory lr rbar)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash scripts/gpu_checks.sh STAGE... (stages: tests grpo optim tune train memory lr rbar)" >&2; exit 2; }
 [[ $LR_CORPUS == torch || $LR_CORPUS == site ]] ||
   { echo "LR_CORPUS='$LR_CORPUS': use torch (torch's own source) or site (all of site-packages)" >&2; exit 2; }
 for stage in "$@"; do
   case $stage in
-    tests|optim|tune|train|memory|rbar) ;;
+    tests|grpo|optim|tune|train|memory|rbar) ;;
     lr)
       for point in $LR_POINTS; do
         [[ $point == ?*:?* && -f config/train_gpt2_small_${point%%:*}.py ]] ||
           { echo "LR_POINTS entry '$point': write OPTIMIZER:LR with a config/train_gpt2_small_OPTIMIZER.py, e.g. adams:1.5e-4" >&2; exit 2; }
       done ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown stage '$stage': use tests, optim, tune, train, memory, lr or rbar" >&2; exit 2 ;;
+    *) echo "unknown stage '$stage': use tests, grpo, optim, tune, train, memory, lr or rbar" >&2; exit 2 ;;
   esac
 done
 $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU visible to torch: run this on a GPU machine')"
@@ -66,7 +66,8 @@ corpus() {  # prepare the lr and rbar stages' corpus once (LR_CORPUS); print its
 small_run() {  # OPTIMIZER OUT_DIR SWEEP_ARGS...: GPT-2 Small, 600 steps of 32 x 1,024 tokens (a later --set wins)
   local opt=$1 out=$2
   shift 2
-  $PY -m scripts.sweep "config/train_gpt2_small_$opt.py" \
+  # bias=True: the committed scans (results/gpu) ran before the paper configs took the authors' bias=False
+  $PY -m scripts.sweep "config/train_gpt2_small_$opt.py" --set bias=True \
     --set dataset="$dataset" --set batch_size=32 --set gradient_accumulation_steps=1 --set dtype=bfloat16 \
     --set max_iters=600 --set lr_decay_iters=600 --set warmup_iters=60 --set min_lr=0.1*learning_rate \
     --set eval_interval=150 --set eval_iters=20 --set always_save_checkpoint=False "$@" --out "$out"
@@ -77,6 +78,8 @@ for stage in "$@"; do
   case $stage in
     tests)
       $PY -m pytest -q -rs tests/test_cuda.py 2>&1 | tee "$OUT/test_cuda.txt" ;;
+    grpo)  # the TinyZero preset end to end on a tiny Qwen2 built from a config; on CUDA where the test finds one
+      $PY -m pytest -q -rs tests/test_countdown.py -k tinyzero 2>&1 | tee "$OUT/grpo_smoke.txt" ;;
     optim)
       $PY -m scripts.bench_optim --sizes small medium large xl --only "adams fused" "lion fused" \
         --json "$OUT/bench_optim_triton_float32.json"
@@ -87,7 +90,7 @@ for stage in "$@"; do
     train)
       $PY -m scripts.bench_train --iters 40 --json "$OUT/train_throughput.json" ;;
     memory)
-      $PY -m scripts.bench_memory --sizes large xl --json "$OUT/memory_large_xl.json" ;;
+      $PY -m scripts.bench_memory --sizes small xl --json "$OUT/table1_1gpu.json" ;;  # the paper's Table 1, one GPU
     rbar)
       dataset=$(corpus)
       small_run adamw out/rbar --grid learning_rate=6e-4 --seeds 1 \

@@ -95,8 +95,9 @@ def test_the_llama2_configs_have_meta_s_parameter_counts_and_the_papers_rules(si
     assert sum(p.numel() for p in model.parameters()) == params
     kwargs = {name: run.optimizer.param_groups[-1].optimizer_kwargs for name, run in runs.items()}
     assert [run.optimizer.param_groups[-1].optimizer_name for run in runs.values()] == ["AdamW", "AdamS", "Lion"]
-    assert kwargs["adamw"] == kwargs["adams"] == dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, eps=1e-5)
-    assert kwargs["lion"] == dict(lr=3e-5, betas=(0.95, 0.98), weight_decay=1.0)
+    lr = {"7b": 3e-4, "13b": 1e-4}[size]  # the paper's Section 4.2 and its appendix (13B)
+    assert kwargs["adamw"] == kwargs["adams"] == dict(lr=lr, betas=(0.9, 0.95), weight_decay=0.1, eps=1e-5)
+    assert kwargs["lion"] == dict(lr=pytest.approx(0.1 * lr), betas=(0.95, 0.98), weight_decay=1.0)
     run = runs["adams"]
     tokens = run.training.global_batch_size * run.training.seq_len
     assert tokens == {"7b": 4_194_304, "13b": 32_768}[size]  # the paper's 4M tokens per step; the appendix's 2 x 8 x 2,048
