@@ -293,6 +293,32 @@ def test_update_alignment_heatmaps(data_dir, tmp_path):
     assert out.with_suffix(".png").exists() and out.with_suffix(".csv").exists()
 
 
+def test_update_alignment_paper_recipe_is_section_4_1_as_the_authors_ran_it():
+    # typed from the paper (GPT-2 Small, lr 6e-4, 480 x 1,024 tokens, warmup 2,000, cosine to 0.1x) and the
+    # authors' code (12 x 12 micro-batches x 40, bias=False, the cosine over 600K iterations), not from the script
+    args = update_alignment.parse_args(["--recipe", "paper"])
+    assert (args.n_layer, args.n_head, args.n_embd, args.block_size) == (12, 12, 768, 1024)
+    assert args.batch_size * args.accum == 480 and (args.batch_size, args.accum) == (12, 40)
+    assert (args.lr, args.warmup, args.decay_iters, args.min_lr) == (6e-4, 2000, 600_000, 6e-5)
+    assert (tuple(args.betas), args.weight_decay, args.dataset, args.steps) == ((0.9, 0.95), 0.1, "openwebtext", 100_000)
+    assert update_alignment.parse_args(["--recipe", "paper", "--steps", "50"]).steps == 50  # the command line wins
+    # the schedule: linear warmup, then the cosine; constant with decay_iters 0 (worked by hand)
+    assert update_alignment.get_lr(1, 6e-4, 2000, 600_000, 6e-5) == pytest.approx(6e-4 / 2001)
+    assert update_alignment.get_lr(2001, 6e-4, 2000, 600_000, 6e-5) == pytest.approx(6e-4)
+    assert update_alignment.get_lr(301_001, 6e-4, 2000, 600_000, 6e-5) == pytest.approx(3.3e-4)  # halfway: the mean
+    assert update_alignment.get_lr(7, 3e-3, 0, 0, 3e-3) == 3e-3
+
+
+def test_update_alignment_accumulates_micro_batches_as_one_step(data_dir, tmp_path):
+    # two micro-batches a step, under a warmup: step 1 still aligns AdamS with AdamW and steps sqrt(20) longer
+    grids = update_alignment.main(["--dataset", "tiny", "--data_dir", str(data_dir), "--n_layer", "1", "--n_head", "2",
+                                   "--n_embd", "32", "--block_size", "32", "--batch_size", "2", "--accum", "2",
+                                   "--steps", "4", "--every", "2", "--warmup", "2", "--decay_iters", "10",
+                                   "--min_lr", "3e-4", "--out", str(tmp_path / "align")])
+    assert grids["cos_adams"][:, 0] == pytest.approx(1.0, abs=1e-3)
+    assert grids["norm_adams"][:, 0] == pytest.approx(20**0.5, rel=1e-2)
+
+
 def test_bench_memory_state_bytes_on_cpu(tmp_path):
     result = bench_memory.main(["--small", "--sizes", "small", "--block-size", "32", "--global-batch", "4",
                                 "--json", str(tmp_path / "m.json")])
@@ -300,6 +326,25 @@ def test_bench_memory_state_bytes_on_cpu(tmp_path):
     assert per_param == {"adamw": 8.0, "adams": 4.0}  # fp32: AdamW keeps m and v, AdamS only m
     assert all(r["seconds_per_iter"] > 0 and r["accumulation"] == 4 for r in result["rows"])
     assert json.loads((tmp_path / "m.json").read_text())["rows"][0]["peak_bytes"] is None  # CPU: not measured
+
+
+def test_bench_memory_splits_a_global_batch_into_micro_batches_of_the_largest_size():
+    assert bench_memory.micro_batches(60, 16) == [16, 16, 16, 12]  # 480 sequences over 8 GPUs, micro-batch 16
+    assert bench_memory.micro_batches(60, 60) == [60] and bench_memory.micro_batches(3, 1) == [1, 1, 1]
+
+
+def test_bench_memory_under_torchrun_gives_each_rank_its_share_of_the_batch(tmp_path):
+    # the paper's Table 1 runs DDP over 8 GPUs; here 2 CPU processes (gloo) share 4 sequences, 2 each
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "-m", "scripts.bench_memory", "--small", "--sizes", "small", "--block-size", "32",
+                             "--global-batch", "4", "--device", "cpu", "--json", str(tmp_path / "t.json")],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    table = json.loads((tmp_path / "t.json").read_text())
+    assert table["world_size"] == 2 and table["command"].startswith("torchrun --nproc_per_node=2 -m scripts.bench_memory")
+    assert {r["optimizer"]: (r["accumulation"], r["state_bytes_per_param"]) for r in table["rows"]} == \
+        {"adamw": (2, 8.0), "adams": (2, 4.0)}
+    assert bench_memory.main(["--small", "--sizes", "small", "--block-size", "32", "--global-batch", "4"])["world_size"] == 1
 
 
 def test_bench_train_runs_train_py_and_reads_its_metrics(tmp_path):
