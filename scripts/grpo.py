@@ -1,5 +1,5 @@
 """GRPO post-training on Countdown with AdamW, AdamS or Lion, through TRL's GRPOTrainer: the AdamS
-paper's Figure 5 (TinyZero's R1-Zero replication) at CPU scale.
+paper's Figure 5 (TinyZero's R1-Zero replication), at CPU scale or at the paper's.
 
     python -m data.countdown.prepare && python train.py config/repro/countdown_sft.py   # a starting policy
     python export.py out/countdown_sft out/countdown_sft/hf
@@ -8,7 +8,30 @@ paper's Figure 5 (TinyZero's R1-Zero replication) at CPU scale.
     python -m scripts.grpo out/countdown_sft/hf --compare --lr 1e-4 --seeds 1 2 3 --out results/runs/grpo
     python -m scripts.grpo --table results/runs/grpo/*/                                     # start, best, final
 
-MODEL is any Hugging Face causal LM directory with a tokenizer (export.py writes one); for a
+    # the paper's scale (GPU): TinyZero's settings, on Qwen2.5-3B or DeepSeek-R1-Distill-Llama-8B
+    python -m data.countdown.prepare --max-number 99 --rl-train 327680 --test 1024 --out data/countdown_tinyzero
+    python -m scripts.grpo Qwen/Qwen2.5-3B --preset tinyzero --data data/countdown_tinyzero --compare --seeds 1 \
+        --out out/grpo_tinyzero_qwen3b
+
+``--preset cpu`` (the default) is the small-scale run of results/README.md. ``--preset tinyzero``
+is TinyZero's scripts/train_tiny_zero.sh (Pan et al., 2025) with veRL's GRPO settings, which the
+paper kept ("all other hyperparameters maintained as in the original project"): AdamW lr 1e-6,
+β (0.9, 0.999), weight decay 0.01 (veRL's AdamW defaults); 256 prompts a rollout, 5 completions
+each (veRL's GRPO group, rollout.n), 4 optimizer steps of 64 prompts per rollout
+(ppo_mini_batch_size), one pass (ppo_epochs 1), clip 0.2, gradient clip 1.0; the KL to the
+starting policy as a loss term at 0.001 (the low-variance k3 estimator, as TRL's); responses of up
+to 1,024 tokens sampled at temperature 1; a constant lr; TinyZero's prompt for base models; 15
+epochs of the training problems; the test set scored every 100 rollouts (400 steps). Left as TRL
+has them: the loss is TRL's token mean per micro-batch (``bnpo``, veRL's masked mean) and
+TinyZero's entropy bonus (0.001) has no TRL counterpart. On CUDA the policy trains in bf16
+autocast with fp32 weights and optimizer state, with gradient checkpointing, and vLLM generates
+(colocated, 40% of the GPU, TinyZero's share) where it is installed. An 8B policy with AdamW's
+fp32 state needs about 128 GB before activations: more than one GPU holds (the paper ran it on
+veRL's FSDP over several); under ``accelerate launch`` the trainer builds the optimizer after
+wrapping the model (``optimizer_cls_and_kwargs``), so TRL's FSDP or DeepSpeed settings shard it.
+Any option given on the command line overrides the preset's value.
+
+MODEL is any Hugging Face causal LM (a directory with a tokenizer, or a Hub name) (export.py writes one); for a
 byte-level model the newline ends a completion. The optimizers follow the paper's rules
 (Section 4.3): AdamW β (0.9, 0.999), weight decay 0.01, at ``--lr``; AdamS the same but β2 =
 0.95; Lion 0.1x the lr, 10x the weight decay, β (0.95, 0.98). Each is built by us and handed to
@@ -33,6 +56,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -43,34 +67,108 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.countdown.prepare import read_problems
-from data.countdown.task import Problem, prompt, score
+from data.countdown.task import Problem, prompt, score, tinyzero_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "countdown"
 COMPARED = ("adamw", "adams", "lion")
 
 
-def build_optimizer(name: str, params, lr: float, weight_decay: float = 0.01) -> torch.optim.Optimizer:
-    """The paper's Section 4.3 rules, from AdamW's lr and weight decay."""
+# Each preset's settings; the command line overrides any of them (see the module docstring).
+PRESETS = {
+    "cpu": dict(lr=1e-4, steps=200, epochs=None, prompts=16, generation_prompts=None, generations=8, micro_batch=None,
+                max_completion_length=40, beta=0.0, loss_type="grpo", eval_every=10, template="short",
+                gradient_checkpointing=False, test_problems=256),
+    "tinyzero": dict(lr=1e-6, steps=None, epochs=15, prompts=64, generation_prompts=256, generations=5, micro_batch=8,
+                     max_completion_length=1024, beta=0.001, loss_type="bnpo", eval_every=400, template="tinyzero",
+                     gradient_checkpointing=True, test_problems=1024),
+}
+
+
+def optimizer_spec(name: str, lr: float, weight_decay: float = 0.01) -> tuple[type, dict]:
+    """(class, keyword arguments) by the paper's Section 4.3 rules, from AdamW's lr and weight decay."""
     from optim import AdamS, Lion
 
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+        return torch.optim.AdamW, dict(lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
     if name == "adams":
-        return AdamS(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+        return AdamS, dict(lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     if name == "lion":
-        return Lion(params, lr=0.1 * lr, betas=(0.95, 0.98), weight_decay=10 * weight_decay)
-    raise SystemExit(f"--optimizer {name}: choose one of {', '.join(COMPARED)}")
+        return Lion, dict(lr=0.1 * lr, betas=(0.95, 0.98), weight_decay=10 * weight_decay)
+    raise SystemExit(f"error: --optimizer {name}: choose one of {', '.join(COMPARED)}")
+
+
+def build_optimizer(name: str, params, lr: float, weight_decay: float = 0.01) -> torch.optim.Optimizer:
+    """The paper's Section 4.3 rules, from AdamW's lr and weight decay; every parameter decays, as veRL's."""
+    cls, kwargs = optimizer_spec(name, lr, weight_decay)
+    return cls(params, **kwargs)
+
+
+def resolve_device(name: str) -> str:
+    """'cpu' or 'cuda' for ``--device`` ('auto': cuda where a GPU is visible)."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but no CUDA GPU is visible; use --device cpu or auto")
+    if name not in ("cpu", "cuda"):
+        raise SystemExit(f"error: --device {name}: use auto, cpu or cuda (pick the GPU with CUDA_VISIBLE_DEVICES)")
+    return name
+
+
+def resolve_dtype(name: str, device: str) -> str:
+    """'float32' or 'bfloat16' for ``--dtype`` ('auto': bf16 on a GPU that has it)."""
+    if name == "auto":
+        return "bfloat16" if device == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    return name
+
+
+def use_vllm(choice: str, device: str) -> bool:
+    """Whether vLLM generates: 'auto' where it is installed and the policy is on CUDA."""
+    import importlib.util
+
+    if choice == "off":
+        return False
+    installed = importlib.util.find_spec("vllm") is not None
+    if choice == "on" and not (installed and device == "cuda"):
+        raise SystemExit("error: --vllm on needs vLLM installed (pip install vllm) and a CUDA GPU; use --vllm auto")
+    return installed and device == "cuda"
+
+
+def make_prompt(problem: dict, template: str) -> str:
+    p = Problem(tuple(problem["numbers"]), problem["target"], "")
+    return tinyzero_prompt(p) if template == "tinyzero" else prompt(p)
+
+
+def check_policy(model: str) -> None:
+    """Refuse, in one line, a local folder that is not a Hugging Face model with a tokenizer."""
+    folder = Path(model)
+    if not folder.exists():
+        if folder.is_absolute() or model.startswith((".", "~")) or model.count("/") != 1:
+            raise SystemExit(f"error: {model} does not exist; pass a Hugging Face model directory (export.py writes one) "
+                             "or a Hub name such as Qwen/Qwen2.5-3B")
+        return  # a Hub name: transformers downloads it
+    if (folder / "checkpoints").is_dir() or (folder / "metrics.jsonl").is_file():
+        raise SystemExit(f"error: {folder} is a train.py run, not a Hugging Face model; export it first: "
+                         f"python export.py {folder} {folder / 'hf'}")
+    if not (folder / "config.json").is_file():
+        raise SystemExit(f"error: {folder} is not a Hugging Face model directory (no config.json); make one with export.py")
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
+                                                       "tokenizer.model")):
+        raise SystemExit(f"error: {folder} has no tokenizer; GRPO needs one to write and score text. Export the model "
+                         "with export.py (it writes the tokenizer), or save the tokenizer into the folder")
 
 
 def load_policy(model_dir: Path):
-    """Model and tokenizer; a byte-level tokenizer gets the newline as its end and padding token."""
+    """Model (fp32 weights) and tokenizer; a byte-level tokenizer gets the newline as its end and padding token."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if not (model_dir / "config.json").is_file():
-        raise SystemExit(f"{model_dir} is not a Hugging Face model directory; make one with export.py")
+    check_policy(str(model_dir))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise SystemExit(f"error: {model_dir}'s tokenizer has {len(tokenizer)} tokens but the model's embedding only {rows} "
+                         "rows; save the tokenizer the model was trained with into the folder")
     if tokenizer.eos_token is None:  # the byte-level tokenizer: a completion is one line
         newline = tokenizer.convert_ids_to_tokens(tokenizer("\n")["input_ids"])[0]
         tokenizer.eos_token = newline
@@ -83,15 +181,16 @@ def load_policy(model_dir: Path):
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, problems: list[dict], max_new_tokens: int, batch: int = 64) -> dict[str, float]:
+def evaluate(model, tokenizer, problems: list[dict], max_new_tokens: int, batch: int = 64,
+             template: str = "short") -> dict[str, float]:
     """Greedy answers to ``problems``: mean reward and the fraction solved."""
     was_training = model.training
     model.eval()
     rewards = []
     for i in range(0, len(problems), batch):
         chunk = problems[i:i + batch]
-        texts = [prompt(Problem(tuple(p["numbers"]), p["target"], "")) for p in chunk]
-        enc = tokenizer(texts, return_tensors="pt", padding=True)
+        texts = [make_prompt(p, template) for p in chunk]
+        enc = tokenizer(texts, return_tensors="pt", padding=True).to(model.device)
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
         answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)
         rewards += [score(a.split(tokenizer.eos_token)[0], p["numbers"], p["target"]) for a, p in zip(answers, chunk)]
@@ -103,28 +202,47 @@ def reward_fn(prompts, completions, numbers, target, **kwargs) -> list[float]:
     return [score(c, n, t) for c, n, t in zip(completions, numbers, target)]
 
 
+def check_context(model, tokenizer, texts: list[str], max_completion_length: int) -> None:
+    """Refuse a model whose context cannot hold the longest prompt and a whole completion."""
+    context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    longest = max(len(tokenizer(t)["input_ids"]) for t in texts)
+    if context is not None and longest + max_completion_length > context:
+        raise SystemExit(f"error: the model's context is {context} tokens, too short for a prompt of {longest} tokens "
+                         f"and a completion of {max_completion_length}; lower --max-completion-length, use "
+                         "--template short, or a model with a longer context")
+
+
 def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None) -> list[dict]:
     """One GRPO run at ``lr`` (default ``args.lr``; AdamW's, the others by the paper's rules);
-    returns its eval records."""
+    returns its eval records. A finished run in ``out`` is left alone unless --overwrite."""
     lr = args.lr if lr is None else lr
+    if finished(out) and not args.overwrite:
+        raise SystemExit(f"error: {out} holds a finished GRPO run; choose another --out, or pass --overwrite to replace it")
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     torch.manual_seed(seed)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
     model, tokenizer = load_policy(args.model)
     train_problems = read_problems(args.data / "rl_train.jsonl")
     test_problems = read_problems(args.data / "test.jsonl")[:args.test_problems]
-    dataset = Dataset.from_list([dict(prompt=prompt(Problem(tuple(p["numbers"]), p["target"], "")), numbers=p["numbers"],
-                                      target=p["target"]) for p in train_problems])
-    out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "metrics.jsonl"
-    log_path.unlink(missing_ok=True)
+    prompts = [make_prompt(p, args.template) for p in train_problems]
+    check_context(model, tokenizer, prompts[:64] + [make_prompt(p, args.template) for p in test_problems[:64]],
+                  args.max_completion_length)
+    dataset = Dataset.from_list([dict(prompt=text, numbers=p["numbers"], target=p["target"])
+                                 for text, p in zip(prompts, train_problems)])
+    steps = args.steps if args.steps is not None else -(-args.epochs * len(train_problems) // args.prompts)
+    completions = args.prompts * args.generations  # per optimizer step
+    micro = args.micro_batch or completions
+    if completions % micro:
+        raise SystemExit(f"error: --micro-batch {micro} must divide the {completions} completions of a step "
+                         f"(--prompts x --generations)")
+    generation_prompts = args.generation_prompts or args.prompts
+    if generation_prompts % args.prompts:
+        raise SystemExit(f"error: --generation-prompts {generation_prompts} must be a multiple of --prompts {args.prompts}")
     records = []
-
-    def log(kind: str, **record):
-        with open(log_path, "a") as f:
-            f.write(json.dumps(dict(kind=kind, **record)) + "\n")
 
     class TestReward(TrainerCallback):
         def on_train_begin(self, targs, state, control, model=None, **kw):
@@ -138,24 +256,43 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
             log("train", step=state.global_step, **{k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))})
 
         def record(self, step, model):
-            result = dict(step=step, **evaluate(model, tokenizer, test_problems, args.max_completion_length))
+            result = dict(step=step, **evaluate(model, tokenizer, test_problems, args.max_completion_length,
+                                                template=args.template))
             records.append(result)
             log("eval", **result)
             print(f"{optimizer_name} seed {seed} step {step}: test reward {result['test_reward']:.3f}, "
                   f"accuracy {result['test_accuracy']:.3f}", flush=True)
 
+    vllm = use_vllm(args.vllm, device)
     config = GRPOConfig(
-        output_dir=str(out / "trl"), max_steps=args.steps, per_device_train_batch_size=args.prompts * args.generations,
-        num_generations=args.generations, max_completion_length=args.max_completion_length, temperature=1.0,
-        beta=args.beta, loss_type="grpo", logging_steps=args.eval_every, save_strategy="no", report_to=[],
-        use_cpu=True, seed=seed, data_seed=seed, disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant",
+        output_dir=str(out / "trl"), max_steps=steps, per_device_train_batch_size=micro,
+        gradient_accumulation_steps=completions // micro, num_generations=args.generations,
+        **({} if generation_prompts == args.prompts else dict(generation_batch_size=generation_prompts * args.generations)),
+        max_completion_length=args.max_completion_length, temperature=1.0, beta=args.beta, loss_type=args.loss_type,
+        logging_steps=args.eval_every, save_strategy="no", report_to=[], use_cpu=device == "cpu",
+        bf16=dtype == "bfloat16", gradient_checkpointing=args.gradient_checkpointing, seed=seed, data_seed=seed,
+        disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant",
+        **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.4) if vllm else {}),
     )
-    optimizer = build_optimizer(optimizer_name, model.parameters(), lr, args.weight_decay)
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    optimizer = None if distributed else build_optimizer(optimizer_name, model.parameters(), lr, args.weight_decay)
+    extra = dict(optimizer_cls_and_kwargs=optimizer_spec(optimizer_name, lr, args.weight_decay)) if distributed else {}
     trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, optimizers=(optimizer, None), callbacks=[TestReward()])
+                          processing_class=tokenizer, optimizers=(optimizer, None), callbacks=[TestReward()], **extra)
+    # everything is checked and loaded: only now does a run that is being replaced lose its log
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "metrics.jsonl"
+    log_path.unlink(missing_ok=True)
+    (out / "run.json").unlink(missing_ok=True)
+
+    def log(kind: str, **record):
+        with open(log_path, "a") as f:
+            f.write(json.dumps(dict(kind=kind, **record)) + "\n")
+
     trainer.train()
-    (out / "run.json").write_text(json.dumps(dict(optimizer=optimizer_name, seed=seed, lr=lr,
-                                                  weight_decay=args.weight_decay, steps=args.steps, done=True)))
+    (out / "run.json").write_text(json.dumps(dict(optimizer=optimizer_name, seed=seed, lr=lr, steps=steps,
+                                                  weight_decay=args.weight_decay, preset=args.preset, device=device,
+                                                  dtype=dtype, done=True)))
     return records
 
 
@@ -239,23 +376,39 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", type=Path, nargs="?", help="a Hugging Face model directory with a tokenizer (export.py's output)")
+    parser.add_argument("model", nargs="?", help="a Hugging Face model directory with a tokenizer (export.py's output), or a Hub name")
+    parser.add_argument("--preset", choices=PRESETS, default="cpu", help="the settings marked (preset) as a set (default: cpu)")
     parser.add_argument("--optimizer", default="adams", choices=COMPARED)
-    parser.add_argument("--lr", type=float, default=1e-4,
-                        help="AdamW's learning rate (1e-4: the best of a scan for the Countdown starting policy); the others follow the paper's rules")
+    parser.add_argument("--lr", type=float,
+                        help="(preset) AdamW's learning rate (cpu: 1e-4, the best of a scan for the Countdown starting "
+                             "policy; tinyzero: 1e-6); the others follow the paper's rules")
     parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW's (Lion gets 10x)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
-    parser.add_argument("--generations", type=int, default=8, help="completions per prompt (the GRPO group)")
-    parser.add_argument("--max-completion-length", type=int, default=40, help="tokens per completion")
-    parser.add_argument("--beta", type=float, default=0.0, help="KL penalty against the starting policy")
-    parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--test-problems", type=int, default=256)
+    parser.add_argument("--steps", type=int, help="(preset) optimizer steps; default: --epochs over the training problems")
+    parser.add_argument("--epochs", type=int, help="(preset) passes over the training problems, when --steps is not given")
+    parser.add_argument("--prompts", type=int, help="(preset) prompts per optimizer step")
+    parser.add_argument("--generation-prompts", type=int,
+                        help="(preset) prompts per rollout (a multiple of --prompts; default: --prompts)")
+    parser.add_argument("--generations", type=int, help="(preset) completions per prompt (the GRPO group)")
+    parser.add_argument("--micro-batch", type=int, help="(preset) completions per forward pass (default: a whole step)")
+    parser.add_argument("--max-completion-length", type=int, help="(preset) tokens per completion")
+    parser.add_argument("--beta", type=float, help="(preset) KL penalty against the starting policy")
+    parser.add_argument("--loss-type", choices=("grpo", "bnpo", "dr_grpo", "dapo"), help="(preset) TRL's loss_type")
+    parser.add_argument("--template", choices=("short", "tinyzero"),
+                        help="(preset) the prompt: a one-line problem (short), or TinyZero's for base models")
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None, help="(preset)")
+    parser.add_argument("--eval-every", type=int, help="(preset) optimizer steps between test evaluations")
+    parser.add_argument("--test-problems", type=int, help="(preset) how many test problems to score")
+    parser.add_argument("--device", default="auto", help="auto (cuda where a GPU is visible), cpu or cuda")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                        help="autocast dtype of training (auto: bf16 on a GPU that has it); weights stay fp32")
+    parser.add_argument("--vllm", default="auto", choices=("auto", "on", "off"),
+                        help="generate with vLLM (colocated) where it is installed and on CUDA")
     parser.add_argument("--data", type=Path, default=DATA, help="folder with rl_train.jsonl and test.jsonl")
-    parser.add_argument("--out", type=Path, default=Path("out/grpo"))
+    parser.add_argument("--out", type=Path, default=Path("out/grpo"), help="the run's folder (with --compare: the runs' parent)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a finished run in --out")
     parser.add_argument("--evaluate-only", action="store_true", help="print the model's test reward and stop")
     parser.add_argument("--compare", action="store_true", help="AdamW, AdamS and Lion x --seeds, then the figure")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -264,19 +417,35 @@ def main(argv=None):
     parser.add_argument("--table", type=Path, nargs="+", metavar="RUN",
                         help="print a markdown table of finished runs (start, best and final test reward) and stop")
     args = parser.parse_args(argv)
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    for key in ("prompts", "generations", "max_completion_length", "eval_every", "test_problems"):
+        if getattr(args, key) < 1:
+            parser.error(f"--{key.replace('_', '-')} must be at least 1, got {getattr(args, key)}")
+    if args.generations < 2:
+        parser.error("--generations must be at least 2: GRPO's advantage compares completions within a group")
+    if args.steps is None and args.epochs is None:
+        parser.error("give --steps or --epochs")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.table:
         rows = [table_row(run) for run in args.table if finished(run)]
         print(markdown(rows))
         return rows
     if args.model is None:
-        parser.error("MODEL is required (a Hugging Face model directory; export.py writes one)")
+        raise SystemExit("error: MODEL is required (a Hugging Face model directory; export.py writes one)")
     if not (args.data / "test.jsonl").is_file():
-        raise SystemExit(f"{args.data} has no test.jsonl; run python -m data.countdown.prepare first")
+        raise SystemExit(f"error: {args.data} has no test.jsonl; run python -m data.countdown.prepare first")
 
     if args.evaluate_only:
         model, tokenizer = load_policy(args.model)
+        model.to(resolve_device(args.device))
         result = evaluate(model, tokenizer, read_problems(args.data / "test.jsonl")[:args.test_problems],
-                          args.max_completion_length)
+                          args.max_completion_length, template=args.template)
         print(json.dumps(result))
         return result
     if not args.compare:
@@ -287,7 +456,7 @@ def main(argv=None):
     for label, name, lr in compared:
         for seed in args.seeds:
             out = args.out / f"{label}_seed={seed}"
-            if finished(out):
+            if finished(out) and not args.overwrite:
                 print(f"{out.name}: finished, skipped")
                 continue
             run(args, name, seed, out, lr)

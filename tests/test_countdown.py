@@ -183,3 +183,117 @@ def test_grpo_compare_summarizes_mean_and_std(tiny_policy, tmp_path):
     assert "| lion | 2 | 5.200 ± 0.141 | 2.700 ± 0.141 |" in grpo.markdown(table)  # mean ± std over the seeds
     assert [r["seed"] for r in table] == [2, 1]  # the order given; start, best, mean of the last (here 2) evals
     assert [(r["start"], r["best"], r["final"]) for r in table] == [pytest.approx((0.3, 5.3, 2.8)), pytest.approx((0.1, 5.1, 2.6))]
+
+
+# --- GRPO at the paper's scale: the TinyZero preset ------------------------------------------------------
+
+# TinyZero's scripts/train_tiny_zero.sh and veRL's GRPO settings, typed from their files (not derived from
+# scripts/grpo.py): actor lr, prompts per rollout (data.train_batch_size), prompts per optimizer step
+# (ppo_mini_batch_size), completions per prompt (rollout.n), response length, KL loss coefficient,
+# epochs, test every 100 rollouts (trainer.test_freq) of 4 optimizer steps each
+TINYZERO = dict(lr=1e-6, generation_prompts=256, prompts=64, generations=5, max_completion_length=1024, beta=0.001,
+                epochs=15, eval_every=400, test_problems=1024, template="tinyzero")
+
+
+def test_grpo_tinyzero_preset_is_tinyzeros_settings_and_the_command_line_wins():
+    from scripts import grpo
+
+    args = grpo.parse_args(["somewhere", "--preset", "tinyzero"])
+    assert {k: getattr(args, k) for k in TINYZERO} == TINYZERO
+    assert args.steps is None and args.gradient_checkpointing
+    args = grpo.parse_args(["somewhere", "--preset", "tinyzero", "--lr", "3e-7", "--steps", "12"])
+    assert (args.lr, args.steps, args.generations) == (3e-7, 12, 5)
+    # the paper's Section 4.3: AdamW (0.9, 0.999), weight decay 1e-2; AdamS beta2 0.95; Lion 0.1x lr, 10x decay
+    cls, kwargs = grpo.optimizer_spec("adamw", 1e-6)
+    assert cls is torch.optim.AdamW and kwargs == dict(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.01)
+    assert grpo.optimizer_spec("adams", 1e-6)[1]["betas"] == (0.9, 0.95)
+    assert grpo.optimizer_spec("lion", 1e-6)[1] == dict(lr=pytest.approx(1e-7), betas=(0.95, 0.98), weight_decay=pytest.approx(0.1))
+
+
+def test_tinyzero_prompt_is_answered_where_tinyzeros_reward_reads():
+    from data.countdown.task import tinyzero_prompt
+
+    text = tinyzero_prompt(Problem((3, 5, 7), 22, ""))
+    assert text.startswith("A conversation between User and Assistant.") and text.endswith("Assistant: Let me solve this step by step.\n<think>")
+    assert "Using the numbers [3, 5, 7], create an equation that equals 22." in text
+    completion = " 3 times 5 is 15, plus 7 is 22 </think>\n<answer> 3 * 5 + 7 </answer>"
+    assert score(completion, [3, 5, 7], 22) == 1.0 and score(completion, [3, 5, 7], 23) == 0.1
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(tmp_path_factory):
+    """A two-layer Qwen2 with grouped KV heads (4 query heads, 2 KV heads), built from a config, with the
+    byte tokenizer and an end-of-text token as its 257th (a real Qwen tokenizer has one)."""
+    pytest.importorskip("trl")
+    import transformers
+
+    import export
+
+    folder = tmp_path_factory.mktemp("qwen2")
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=257, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=640)
+    transformers.Qwen2ForCausalLM(config).save_pretrained(folder / "hf")
+    export.byte_tokenizer().save_pretrained(folder / "hf")
+    countdown_prepare.prepare(folder / "data", sft=10, sft_val=2, rl_train=16, test=8, seed=0)
+    return folder
+
+
+def test_grpo_tinyzero_preset_runs_end_to_end_on_a_tiny_qwen2(tiny_qwen2, tmp_path):
+    # TinyZero's structure at toy sizes: a rollout of 4 prompts x 2 completions feeds two optimizer steps of 2
+    # prompts, each in micro-batches of 2 completions; TinyZero's prompt, KL term and lr; on CUDA where there is one
+    from scripts import grpo
+
+    out = tmp_path / "run"
+    records = grpo.main([str(tiny_qwen2 / "hf"), "--preset", "tinyzero", "--optimizer", "adams", "--steps", "2",
+                         "--prompts", "2", "--generation-prompts", "4", "--generations", "2", "--micro-batch", "2",
+                         "--max-completion-length", "8", "--test-problems", "4", "--eval-every", "1",
+                         "--data", str(tiny_qwen2 / "data"), "--out", str(out)])
+    assert [r["step"] for r in records] == [0, 1, 2]
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["preset"] == "tinyzero" and meta["lr"] == 1e-6 and meta["done"]
+    assert meta["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert meta["dtype"] == ("bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32")
+    trained = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "train" and r.get("learning_rate") == pytest.approx(1e-6) for r in trained)
+
+
+def test_grpo_refuses_to_replace_a_finished_run_and_leaves_it_as_it_was(tiny_policy, tmp_path):
+    from scripts import grpo
+
+    out = tmp_path / "done"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"kind": "eval", "step": 0, "test_reward": 0.5, "test_accuracy": 0.0}\n')
+    (out / "run.json").write_text(json.dumps(dict(optimizer="adams", seed=1, lr=1e-4, steps=2, done=True)))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SystemExit, match="holds a finished GRPO run.*--overwrite"):
+        grpo.main([str(tiny_policy / "hf"), "--steps", "1", "--data", str(tiny_policy / "data"), "--out", str(out)])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("case", ["train_run", "no_tokenizer", "short_context", "missing"])
+def test_grpo_refuses_a_model_it_cannot_use_in_one_line(case, tiny_policy, tmp_path):
+    import shutil
+
+    from scripts import grpo
+
+    model = tmp_path / "model"
+    args = ["--steps", "1", "--data", str(tiny_policy / "data"), "--out", str(tmp_path / "out")]
+    if case == "train_run":  # a train.py out_dir: checkpoints and a log, not a Hugging Face directory
+        (model / "checkpoints").mkdir(parents=True)
+        (model / "metrics.jsonl").write_text("")
+        (model / "config.json").write_text("{}")
+        expected = "is a train.py run.*export.py"
+    elif case == "no_tokenizer":
+        shutil.copytree(tiny_policy / "hf", model, ignore=shutil.ignore_patterns("tokenizer*", "vocab*", "special*"))
+        expected = "has no tokenizer"
+    elif case == "short_context":  # 96 positions cannot hold TinyZero's prompt
+        shutil.copytree(tiny_policy / "hf", model)
+        args += ["--template", "tinyzero"]
+        expected = "context is 96 tokens, too short"
+    else:
+        model = tmp_path / "nowhere" / "model"
+        expected = "does not exist"
+    with pytest.raises(SystemExit, match=expected):
+        grpo.main([str(model), *args])
+    assert not (tmp_path / "out").exists()  # nothing was written

@@ -44,6 +44,25 @@ def prompt(problem: Problem) -> str:
     return f"Using the numbers {list(problem.numbers)}, make {problem.target}. Assistant:"
 
 
+# The prompt of the paper's runs: TinyZero's template for base models (its
+# examples/data_preprocess/countdown.py, template_type 'base'), kept word for word because it is the
+# experiment's input: the model is asked to think inside <think> tags and answer inside <answer> tags,
+# and the reward reads the answer after "Assistant:" on the completion's last line.
+TINYZERO_TEMPLATE = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The assistant "
+    "first thinks about the reasoning process in the mind and then provides the user with the answer.\n"
+    "User: Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic "
+    "operations (+, -, *, /) and each number can only be used once. Show your work in <think> </think> tags. And "
+    "return the final answer in <answer> </answer> tags, for example <answer> (1 + 2) / 3 </answer>.\n"
+    "Assistant: Let me solve this step by step.\n<think>"
+)
+
+
+def tinyzero_prompt(problem: Problem) -> str:
+    """TinyZero's prompt for a base model (the paper's Figure 5 runs)."""
+    return TINYZERO_TEMPLATE.format(numbers=list(problem.numbers), target=problem.target)
+
+
 def completion(problem: Problem) -> str:
     """The supervised answer to a problem: its solution in TinyZero's answer tags, and a newline."""
     return f" <answer>{problem.solution}</answer>\n"
