@@ -222,18 +222,28 @@ class Progress:
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
 
 
-def prepare(out_dir: str | os.PathLike, init_from: str, overwrite: bool, dist_: distributed.Dist) -> dict | None:
+def prepare(out_dir: str | os.PathLike, init_from: str, overwrite: bool, dist_: distributed.Dist,
+            read_only: bool = False) -> dict | None:
     """The checkpoint to continue (init_from 'resume', or 'auto' with one in out_dir), or None
-    for a fresh start, after checking out_dir: a fresh start refuses a folder that holds a run
-    unless ``overwrite``, and then clears that run's checkpoints and log."""
+    for a fresh start, after checking out_dir. Nothing is changed here: a fresh start that replaces
+    a run clears it later (``start_fresh``), once every other input has been checked.
+
+    A fresh start refuses a folder that holds a checkpoint unless ``overwrite``. A folder with a
+    log but no checkpoint (a run stopped before its first) is started again by the same command.
+    ``read_only`` (evaluation) skips the check that out_dir is writable.
+    """
     out_dir = Path(out_dir)
-    log = out_dir / metrics.FILE
     has_checkpoint = latest(out_dir) is not None
+    if init_from == "resume" and not has_checkpoint and (out_dir / metrics.FILE).exists():
+        raise UserError(f"out_dir '{out_dir}' has no checkpoint yet: its run stopped before the first one. Start it "
+                        "again with the same command without --init_from=resume (or with --init_from=auto)")
     if init_from == "resume" or (init_from == "auto" and has_checkpoint):
         return load(out_dir)
-    if (has_checkpoint or log.exists()) and not overwrite and init_from != "auto":
+    if has_checkpoint and not overwrite:
         raise UserError(f"out_dir '{out_dir}' already holds a run; continue it with --init_from=resume, "
                         "choose another --out_dir, or pass --overwrite=True to replace it")
+    if read_only:
+        return None
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f".write_test.{dist_.rank}"
@@ -241,12 +251,56 @@ def prepare(out_dir: str | os.PathLike, init_from: str, overwrite: bool, dist_: 
         probe.unlink()
     except OSError as e:
         raise UserError(f"out_dir '{out_dir}' is not writable ({e.strerror}); choose another --out_dir") from e
-    distributed.barrier()  # every rank has looked before rank 0 clears anything
-    if dist_.is_main:  # what is left here is a replaced run, or a log with no checkpoint
-        shutil.rmtree(out_dir / FOLDER, ignore_errors=True)
-        log.unlink(missing_ok=True)
-    distributed.barrier()
     return None
+
+
+def start_fresh(out_dir: str | os.PathLike, dist_: distributed.Dist) -> None:
+    """Clear what an earlier run left in out_dir (its checkpoints and log), for a fresh start that
+    replaces it; every rank calls it, rank 0 clears. Call it only once every input has been checked."""
+    out_dir = Path(out_dir)
+    distributed.barrier()  # every rank has looked before rank 0 clears anything
+    if dist_.is_main:
+        if latest(out_dir) is None and (out_dir / metrics.FILE).exists():
+            print(f"note: out_dir '{out_dir}' held the log of a run stopped before its first checkpoint; starting it again")
+        shutil.rmtree(out_dir / FOLDER, ignore_errors=True)
+        (out_dir / metrics.FILE).unlink(missing_ok=True)
+    distributed.barrier()
+
+
+LOCK = ".lock"
+
+
+class RunLock:
+    """One writer per run folder: an exclusive ``flock`` on out_dir/.lock, held while the run lives.
+
+    The kernel drops the lock when its process ends, however it ends (SIGKILL included), so a lock
+    left by a crashed run never blocks the next resume; the file itself stays, naming its last holder.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike):
+        import fcntl
+        import socket
+
+        self.path = Path(out_dir) / LOCK
+        self.file = open(self.path, "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "another process"
+            self.file.close()
+            raise UserError(f"out_dir '{Path(out_dir)}' is in use by another run ({holder}); wait for it to end, "
+                            "or choose another --out_dir") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+        self.file.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.file.close()  # closing drops the flock
 
 
 def rng_states(device: torch.device) -> dict:
@@ -311,5 +365,10 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
     model_state, optim_state = get_state_dict(model, optimizer,
                                               options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist_.is_main:
-        save(out_dir, dict(meta, model=model_state, optimizer=optim_state), keep=keep)
+        try:
+            save(out_dir, dict(meta, model=model_state, optimizer=optim_state), keep=keep)
+        except OSError as e:  # a full or read-only disk: the earlier checkpoint and its pointer are untouched
+            raise UserError(f"iteration {progress.iter}: the checkpoint could not be written to {Path(out_dir) / FOLDER} "
+                            f"({e.strerror}); the last complete one is {latest(out_dir)}. Free space or fix the "
+                            "folder's permissions, then resume with --init_from=resume") from e
     distributed.barrier()

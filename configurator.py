@@ -156,6 +156,11 @@ def parse_cli_value(key: str, text: str):
 
 def load(argv: list[str]) -> TrainConfig:
     """Defaults, then each config file, then each --key=value, in the order given."""
+    return load_explicit(argv)[0]
+
+
+def load_explicit(argv: list[str]) -> tuple[TrainConfig, set[str]]:
+    """``load``'s config and the keys that a config file or the command line set (the rest are defaults)."""
     values: dict = {}
     for arg in argv:
         if arg.startswith("--"):
@@ -166,7 +171,36 @@ def load(argv: list[str]) -> TrainConfig:
             values[key] = coerce(key, parse_cli_value(key, text), "the command line")
         else:
             values.update(read_config_file(arg))
-    return TrainConfig(**values)
+    return TrainConfig(**values), set(values)
+
+
+# What a resumed run takes from the run itself and may not change: the model, what it trains on, how its
+# optimizer's state is laid out. Everything else (length, schedule, logging, device, ...) may be overridden.
+FIXED_ON_RESUME = ("model", "n_layer", "n_head", "n_embd", "block_size", "bias", "optimizer", "dataset",
+                   "embedding_lr_scale")
+# Not taken from the run: where it is, how this invocation treats it, and the machine it runs on.
+PER_INVOCATION = ("out_dir", "init_from", "overwrite", "eval_only", "device", "backend")
+
+
+def resumed(saved: dict, cfg: TrainConfig, explicit: set[str], where: str) -> tuple[TrainConfig, dict]:
+    """The config of a resumed run, as nanoGPT resumes: the run's own settings (``saved``, its
+    checkpoint's config), with what this invocation set explicitly (``explicit`` keys of ``cfg``)
+    on top; the keys in FIXED_ON_RESUME must agree. Returns it and {key: (run's, now)} for every
+    setting the invocation changed."""
+    current = as_dict(cfg)
+    merged = {k: saved.get(k, current[k]) for k in current}
+    for key in FIXED_ON_RESUME:
+        if key in explicit and key in saved and current[key] != saved[key]:
+            raise UserError(f"{where} holds a run with {key}={saved[key]!r}; {key}={current[key]!r} cannot continue it. "
+                            f"Drop --{key} to continue it as it was, or start a new run in another out_dir")
+    changed = {}
+    for key in [k for k in current if k in explicit or k in PER_INVOCATION]:  # in the config's order
+        if key in FIXED_ON_RESUME:
+            continue
+        if key in explicit and key not in PER_INVOCATION and merged[key] != current[key]:
+            changed[key] = (merged[key], current[key])
+        merged[key] = current[key]
+    return TrainConfig(**merged), changed
 
 
 def read_config_file(path: str) -> dict:

@@ -14,7 +14,8 @@ Every line has a ``kind``:
   lines after that checkpoint.
 
 Runs written before kinds existed have no ``kind`` and call the eval estimate ``train_loss``;
-``read`` tells the two apart by the presence of ``val_loss``.
+``read`` tells the two apart by the presence of ``val_loss``. A crash can leave the last line
+half-written: every reader here skips it (``records``), and a resume drops it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,25 @@ import json
 import os
 from pathlib import Path
 
+from errors import UserError
+
 FILE = "metrics.jsonl"
+
+
+def records(path: str | os.PathLike) -> list[dict]:
+    """The JSON objects of a metrics.jsonl, one a line; a last line cut short by a crash is left out
+    (a bad line anywhere else is corruption, and an error naming the file)."""
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise UserError(f"{path} line {i + 1} is not JSON: the log is corrupt (only its last line may be cut short "
+                            "by a crash); restore it, or start a new run") from None
+    return out
 
 
 class Log:
@@ -38,8 +57,12 @@ class Log:
         if not self.is_main:
             return
         record = dict(kind=kind, **record)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:  # a full or read-only disk
+            raise UserError(f"iteration {record.get('iter')}: {self.path} could not be written ({e.strerror}); free space "
+                            "or fix the folder's permissions, then resume with --init_from=resume") from e
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in record.items() if k != "kind"}, step=record["iter"])
 
@@ -47,9 +70,9 @@ class Log:
         """Drop the lines past ``last_iter`` (a resumed run will write them again)."""
         if not self.is_main or not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["iter"] <= last_iter]
+        kept = [r for r in records(self.path) if r["iter"] <= last_iter]
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
         os.replace(tmp, self.path)
 
     def finish(self) -> None:
@@ -60,12 +83,10 @@ class Log:
 def read(out_dir: str | os.PathLike) -> tuple[list[dict], list[dict]]:
     """(train lines, eval lines) of a run's metrics.jsonl, old runs' included."""
     train, evals = [], []
-    for line in (Path(out_dir) / FILE).read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            kind = r.get("kind", "eval" if "val_loss" in r else "train")
-            if kind == "eval":
-                evals.append(r)
-            elif kind == "train":
-                train.append(r)
+    for r in records(Path(out_dir) / FILE):
+        kind = r.get("kind", "eval" if "val_loss" in r else "train")
+        if kind == "eval":
+            evals.append(r)
+        elif kind == "train":
+            train.append(r)
     return train, evals

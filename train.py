@@ -10,9 +10,12 @@ DDP on one node of 8 GPUs:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -94,19 +97,59 @@ def optimizer_kwargs(cfg: TrainConfig, announce: bool) -> dict:
     return {arg: v for arg, v in values.items() if arg in accepted}
 
 
-def main(cfg: TrainConfig) -> dict:
+def main(cfg: TrainConfig, explicit: set[str] | None = None) -> dict:
+    """Train (or, with eval_only, evaluate) as ``cfg`` says. Resuming, the run's own settings are the
+    base and only the ``explicit`` keys of ``cfg`` (those a config file or the command line set)
+    override them; None: the keys whose values differ from the defaults."""
     dist_ = distributed.setup(cfg.backend, cfg.device)
     try:
-        return train(cfg, dist_)
+        with contextlib.ExitStack() as cleanup:  # the run folder's lock, held until the run ends
+            return train(cfg, dist_, explicit, cleanup)
     finally:
         distributed.teardown()
         torch.set_flush_denormal(False)  # leave the process as we found it (tests, notebooks call main)
 
 
-def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
-    configurator.check(cfg, dist_.world_size)
+def resume_config(cfg: TrainConfig, resume: dict, explicit: set[str] | None, world_size: int, announce: bool):
+    """The config a resumed run continues with: the run's own, with the invocation's explicit keys on top."""
+    if explicit is None:
+        explicit = {k for k, v in vars(cfg).items() if v != getattr(TrainConfig(), k)}
+    if resume.get("model_source", "scratch") != "scratch":  # a Hugging Face model's shape was never the config's
+        explicit = explicit - set(checkpoint.MODEL_SHAPE) - {"model"}
+    cfg, changed = configurator.resumed(resume.get("config", {}), cfg, explicit, f"out_dir '{cfg.out_dir}'")
+    if cfg.fsdp and not torch.distributed.is_initialized() and "fsdp" not in explicit:  # a sharded run, resumed
+        changed["fsdp"] = (True, False)  # without torchrun: unsharded
+        cfg.fsdp = False
+    configurator.check(cfg, world_size)
+    if changed and announce:
+        print("resuming with " + ", ".join(f"{k}={new!r} (the run had {old!r})" for k, (old, new) in changed.items()))
+    return cfg
+
+
+def lock_run(out_dir: Path, dist_: distributed.Dist) -> contextlib.AbstractContextManager:
+    """Rank 0 takes the run folder's lock; every rank stops if another process holds it."""
+    held, refused = contextlib.nullcontext(), ""
+    if dist_.is_main:
+        try:
+            held = checkpoint.RunLock(out_dir)
+        except UserError as e:
+            refused = str(e)
+    refused = distributed.all_gather_object(refused)[0]
+    if refused:
+        raise UserError(refused)
+    return held
+
+
+def train(cfg: TrainConfig, dist_: distributed.Dist, explicit: set[str] | None, cleanup: contextlib.ExitStack) -> dict:
     device, out_dir, main_rank = dist_.device, Path(cfg.out_dir), dist_.is_main
-    resume = checkpoint.prepare(out_dir, cfg.init_from, cfg.overwrite, dist_)
+    if not (cfg.init_from == "resume" or (cfg.init_from == "auto" and checkpoint.latest(out_dir) is not None)):
+        configurator.check(cfg, dist_.world_size)  # (a resumed run's config is checked once merged with the run's)
+    resume = checkpoint.prepare(out_dir, cfg.init_from, cfg.overwrite, dist_, read_only=cfg.eval_only)
+    if resume is not None:
+        cfg = resume_config(cfg, resume, explicit, dist_.world_size, main_rank)
+    if cfg.fsdp and not torch.distributed.is_initialized():
+        raise UserError("fsdp=True shards over the processes that torchrun starts; launch with torchrun "
+                        "--nproc_per_node=N, or drop --fsdp to train unsharded in one process")
     if device.type == "cpu":
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
     data = dataset.load(cfg.data_dir, cfg.dataset, cfg.block_size)
@@ -122,7 +165,13 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     optimizer = build_optimizer(cfg.optimizer, raw_model, implementation=cfg.implementation,
                                 embedding_lr_scale=cfg.embedding_lr_scale, **optimizer_kwargs(cfg, announce=main_rank))
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
-    log = metrics.Log(out_dir, main_rank, wandb_run=start_wandb(cfg) if cfg.wandb_log and main_rank else None)
+    writes = not cfg.eval_only  # an evaluation changes nothing in out_dir
+    if writes:  # every input is checked: only now does the run take its folder, and a fresh start clear an old run
+        cleanup.enter_context(lock_run(out_dir, dist_))
+        if resume is None:
+            checkpoint.start_fresh(out_dir, dist_)
+    wandb_run = start_wandb(cfg, out_dir, resume is not None) if cfg.wandb_log and main_rank and writes else None
+    log = metrics.Log(out_dir, main_rank and writes, wandb_run=wandb_run)
     progress = checkpoint.Progress()
     if resume is not None:
         progress = checkpoint.restore(resume, raw_model, optimizer, scaler, dist_)
@@ -138,7 +187,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
     peak = peak_flops(device)
     if main_rank:
-        describe(cfg, meta["config"], raw_model, dist_, dtype, out_dir)
+        describe(cfg, meta["config"], raw_model, dist_, dtype, out_dir if writes else None)
 
     def batch(stream: int, it: int, index: int, split: str = "train"):
         return dataset.get_batch(data[split], cfg.seed, stream, it, index, cfg.batch_size, cfg.block_size,
@@ -158,8 +207,9 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
 
     from tqdm import tqdm
 
-    bar = tqdm(total=cfg.max_iters, initial=progress.iter, disable=not main_rank, dynamic_ncols=True,
-               mininterval=1.0, desc=cfg.optimizer)
+    # a progress bar on a terminal; redirected output gets nanoGPT's plain lines instead
+    bar = tqdm(total=cfg.max_iters, initial=progress.iter, disable=not (main_rank and sys.stderr.isatty()),
+               dynamic_ncols=True, mininterval=1.0, desc=cfg.optimizer)
     start_time = window_start = time.time()
     window_tokens, clipped, consecutive_skips = 0, 0, 0
     params = [p for p in raw_model.parameters() if p.requires_grad]
@@ -220,6 +270,10 @@ def train(cfg: TrainConfig, dist_: distributed.Dist) -> dict:
                 summary["train_loss"] = train_loss
                 postfix = dict(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
                 bar.set_postfix(postfix if mfu is None else dict(postfix, mfu=f"{100 * mfu:.1f}%"))
+                if bar.disable and main_rank:
+                    ms = 1000 * (time.time() - window_start) / steps_in_window
+                    print(f"iter {done}: loss {train_loss:.4f}, time {ms:.2f}ms" + ("" if mfu is None else f", mfu {100 * mfu:.2f}%"),
+                          flush=True)
                 window_start, window_tokens, clipped = time.time(), 0, 0
             if done % cfg.eval_interval == 0 or done == cfg.max_iters:
                 summary.update(eval_and_save(done))
@@ -253,8 +307,9 @@ def evaluate(model, batch, eval_iters: int, dist_: distributed.Dist, autocast) -
     return out
 
 
-def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distributed.Dist, dtype: str, out_dir: Path) -> None:
-    """Print the config and what follows from it, and write both to out_dir/config.json."""
+def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distributed.Dist, dtype: str,
+             out_dir: Path | None) -> None:
+    """Print the config and what follows from it, and write both to out_dir/config.json (unless out_dir is None)."""
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
     params = model.num_params()
@@ -262,7 +317,8 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distri
     derived = dict(tokens_per_iter=tokens_per_iter, parameters=params, tokens_per_param=tokens_per_param,
                    world_size=dist_.world_size, micro_steps_per_rank=micro_steps, device=str(dist_.device), dtype=dtype,
                    hardware=distributed.hardware(dist_.device), torch=torch.__version__, threads=torch.get_num_threads())
-    (out_dir / "config.json").write_text(json.dumps(dict(config=config, derived=derived), indent=2))
+    if out_dir is not None:
+        (out_dir / "config.json").write_text(json.dumps(dict(config=config, derived=derived), indent=2))
     print("config:", json.dumps(config))
     print(f"{params:,} parameters (without position embeddings); {tokens_per_iter:,} tokens per "
           f"iteration = {cfg.gradient_accumulation_steps} accumulation x {cfg.batch_size} batch x {cfg.block_size} "
@@ -282,15 +338,25 @@ def peak_flops(device: torch.device) -> float | None:
     return next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
 
 
-def start_wandb(cfg: TrainConfig):
-    import wandb
+WANDB_ID = "wandb_id"  # in out_dir: the run's wandb id, so that a resumed run continues its own wandb run
 
-    return wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=configurator.as_dict(cfg))
+
+def start_wandb(cfg: TrainConfig, out_dir: Path, resuming: bool):
+    """A wandb run for this training run: the one it started (its id kept in out_dir) when resuming."""
+    try:
+        import wandb
+    except ImportError:
+        raise UserError("wandb_log=True needs wandb: pip install wandb (or drop --wandb_log)") from None
+    path = out_dir / WANDB_ID
+    run_id = path.read_text().strip() if resuming and path.is_file() else secrets.token_hex(4)
+    path.write_text(run_id + "\n")
+    return wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=configurator.as_dict(cfg),
+                      id=run_id, resume="allow")
 
 
 def sample(model: LanguageModel, device: torch.device, seed: int, vocab_size: int, length: int = 300) -> str:
     """A sample of ``length`` tokens after a newline, to see what the model learned."""
-    prompt = torch.tensor([[10]], device=device)
+    prompt = torch.tensor([[dataset.newline(vocab_size)]], device=device)
     out = model.eval().generate(prompt, length, temperature=0.8, top_k=50,
                                 generator=torch.Generator(device=device).manual_seed(seed))
     return dataset.decode(out[0].tolist(), vocab_size)
@@ -301,11 +367,22 @@ def cli(argv: list[str]) -> int:
     if "-h" in argv or "--help" in argv:
         print(configurator.usage())
         return 0
+    first = os.environ.get("RANK", "0") == "0"  # under torchrun, one process says what went wrong
+    cfg = None
     try:
-        main(configurator.load(argv))
+        cfg, explicit = configurator.load_explicit(argv)
+        main(cfg, explicit)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if first:
+            print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if first and cfg is not None:
+            last = checkpoint.latest(cfg.out_dir)
+            where = (f"the last checkpoint is {last}; continue with: python train.py --init_from=resume "
+                     f"--out_dir={cfg.out_dir}") if last else "no checkpoint was written yet"
+            print(f"error: interrupted; {where}", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -10,6 +10,7 @@ import torch
 import checkpoint
 import train
 from configurator import TrainConfig
+from errors import UserError
 from model import GPT, GPTConfig
 from model_llama import SIZES, Llama, LlamaConfig, mlp_hidden
 from optim import OPTIMIZERS, AdamMini
@@ -55,7 +56,7 @@ def test_a_grouped_query_checkpoint_is_refused(tmp_path):
     config = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=256, num_hidden_layers=1,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)
     transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "gqa")
-    with pytest.raises(ValueError, match="grouped-query attention"):
+    with pytest.raises(UserError, match="grouped-query attention"):
         Llama.from_pretrained(str(tmp_path / "gqa"))
 
 
@@ -90,8 +91,9 @@ def test_resuming_as_another_architecture_is_refused(data_dir, tmp_path):
     train.main(llama_config(data_dir, tmp_path / "run", max_iters=2, eval_interval=2))
     from errors import UserError
 
-    with pytest.raises(UserError, match="has model=llama but the config says model=gpt2"):
-        train.main(tiny_config(data_dir, tmp_path / "run", init_from="resume", max_iters=4))
+    cfg = tiny_config(data_dir, tmp_path / "run", init_from="resume", max_iters=4)
+    with pytest.raises(UserError, match="holds a run with model='llama'; model='gpt2' cannot continue it"):
+        train.main(cfg, explicit={"model"})  # as --model=gpt2 on the command line
 
 
 def test_adam_mini_on_llama_matches_the_official_package():

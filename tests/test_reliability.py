@@ -358,7 +358,7 @@ def test_catalogue_checkpoint_of_another_model_shape(data_dir, tmp_path, capsys)
     out = tmp_path / "out"
     assert run_cli(base_args(data_dir, out), capsys)[0] == 0
     code, err = run_cli([*base_args(data_dir, out, n_layer=3), "--init_from=resume"], capsys)
-    assert code == 2 and "has n_layer=2 but the config says n_layer=3; resume with --n_layer=2" in err
+    assert code == 2 and "holds a run with n_layer=2; n_layer=3 cannot continue it. Drop --n_layer" in err
 
 
 def test_catalogue_fresh_run_over_an_existing_one_needs_overwrite(data_dir, tmp_path, capsys):

@@ -200,8 +200,8 @@ def test_embedding_lr_scale_holds_through_the_schedule(data_dir, tmp_path):
     assert torch.equal(first["transformer.wte.weight"], last["transformer.wte.weight"])
     assert not torch.equal(first["transformer.h.0.attn.c_attn.weight"], last["transformer.h.0.attn.c_attn.weight"])
     cfg2 = tiny_config(data_dir, tmp_path / "run", optimizer="adams", max_iters=6, eval_interval=2, init_from="resume")
-    with pytest.raises(UserError, match="trained with embedding_lr_scale=0 but the config says 1; resume with"):
-        train.main(cfg2)
+    with pytest.raises(UserError, match="holds a run with embedding_lr_scale=0.0; embedding_lr_scale=1.0 cannot continue it"):
+        train.main(cfg2, explicit={"embedding_lr_scale"})  # as --embedding_lr_scale=1 on the command line
 
 
 @pytest.mark.parametrize("optimizer, max_iters, start", [("adams", 99, "a quarter"), ("adams", 100, "a quarter to half"),
