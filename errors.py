@@ -7,3 +7,11 @@ of a traceback: the message must name the problem and the fix.
 
 class UserError(Exception):
     pass
+
+
+def require(module: str, extra: str) -> None:
+    """A UserError naming the extra to install when an optional dependency is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise UserError(f"this needs {module}, which is not installed: pip install -e \".[{extra}]\"")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from pathlib import Path
 import torch
 
 import checkpoint
-from errors import UserError
+from errors import UserError, require
 from model import GPT, LanguageModel, architecture
 
 GPT2_VOCAB = 50257
@@ -138,11 +139,23 @@ def gpt2_tokenizer(folder: Path):
                                    clean_up_tokenization_spaces=False)
 
 
+def run_folder(source: Path) -> Path:
+    """The run a source belongs to: the out_dir itself, or the out_dir a checkpoint file or .dcp lies in."""
+    source = source.resolve()
+    return source.parent.parent if source.parent.name == checkpoint.FOLDER else source
+
+
 def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the checkpoint at ``source`` (an out_dir or a checkpoint) to ``hf_dir``; returns it."""
     hf_dir = Path(hf_dir)
-    if hf_dir.exists() and (not hf_dir.is_dir() or any(hf_dir.iterdir())) and not overwrite:
-        raise UserError(f"{hf_dir} exists and is not empty; choose another folder or pass --overwrite")
+    if hf_dir.exists() and (not hf_dir.is_dir() or any(hf_dir.iterdir())):
+        if not overwrite:
+            raise UserError(f"{hf_dir} exists and is not empty; choose another folder or pass --overwrite")
+        run, target = run_folder(Path(source)), hf_dir.resolve()
+        if target == run or target in run.parents or run in target.parents:
+            raise UserError(f"--overwrite would delete {hf_dir}, which is, holds or lies inside the run {source} being "
+                            "exported; choose a folder outside the run")
+    require("transformers", "hf")
     model, state = load_model(source)
     if not isinstance(model, GPT):
         raise UserError(f"{source} holds a {state['model_type']} model; export.py writes GPT-2 directories only")
@@ -162,8 +175,14 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
             tokenizer.save_pretrained(tmp)
         (tmp / "adams_gpt.json").write_text(json.dumps(dict(source=str(source), iter=state["iter_num"],
                                                             config=state.get("config", {})), indent=2))
+        # mkdtemp (and safetensors, for its file) made them private: the export is the user's, readable as theirs are
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        for path in tmp.rglob("*"):
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
         if hf_dir.exists():
-            shutil.rmtree(hf_dir)
+            shutil.rmtree(hf_dir) if hf_dir.is_dir() else hf_dir.unlink()
         tmp.rename(hf_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

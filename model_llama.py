@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from errors import UserError, require
 from model import LanguageModel
 
 
@@ -164,20 +165,23 @@ class Llama(LanguageModel):
     def from_pretrained(cls, path: str, dropout: float = 0.0) -> Llama:
         """Weights of a Hugging Face LlamaForCausalLM (a local directory written by save_pretrained,
         or a Hub name where the Hub is reachable). Multi-head attention only (no grouped KV heads)."""
+        require("transformers", "hf")
         from transformers import LlamaForCausalLM
 
         hf = LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
         hc = hf.config
         if hc.num_key_value_heads != hc.num_attention_heads:
-            raise ValueError(f"{path} uses grouped-query attention ({hc.num_key_value_heads} KV heads for "
-                             f"{hc.num_attention_heads}); this Llama has one KV head per query head, as Llama 2 7B/13B")
+            raise UserError(f"{path} uses grouped-query attention ({hc.num_key_value_heads} KV heads for "
+                            f"{hc.num_attention_heads} query heads); model_llama.py has one KV head per query head, as "
+                            "Llama 2 7B and 13B: use a multi-head Llama, or train it with Hugging Face's own code")
         theta = (getattr(hc, "rope_parameters", None) or {}).get("rope_theta", getattr(hc, "rope_theta", 10000.0))
         config = LlamaConfig(block_size=hc.max_position_embeddings, vocab_size=hc.vocab_size,
                              n_layer=hc.num_hidden_layers, n_head=hc.num_attention_heads, n_embd=hc.hidden_size,
                              norm_eps=hc.rms_norm_eps, rope_theta=theta, dropout=dropout)
         model = cls(config)
         if model.model.layers[0].mlp.up_proj.out_features != hc.intermediate_size:
-            raise ValueError(f"{path} has an MLP of {hc.intermediate_size}, not Llama's rule for n_embd={hc.hidden_size}")
+            raise UserError(f"{path} has an MLP of {hc.intermediate_size}, not Llama 2's size rule for n_embd="
+                            f"{hc.hidden_size}; model_llama.py cannot hold it")
         missing, unexpected = model.load_state_dict(hf.state_dict(), strict=False)
         if missing or [k for k in unexpected if not k.endswith("rotary_emb.inv_freq")]:
             raise KeyError(f"{path} does not match this Llama: missing {missing}, unexpected {unexpected}")

@@ -13,6 +13,7 @@ tokenizer. ``--temperature=0`` is greedy decoding. The same seed gives the same 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -22,13 +23,14 @@ import torch
 import checkpoint
 import export
 from distributed import resolve_device
-from errors import UserError
+from errors import UserError, require
 from model import LanguageModel, architecture, hf_model_type
 
 
 def encoder_for(vocab: int, hf_dir: Path | None):
     """(encode, decode) for the model's vocabulary."""
     if hf_dir is not None and any((hf_dir / name).exists() for name in ("tokenizer.json", "vocab.json")):
+        require("transformers", "hf")
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(hf_dir)
@@ -56,6 +58,7 @@ def load(args) -> tuple[LanguageModel, int, Path | None]:
                             "(python train.py --out_dir=...), or pass --init_from=gpt2 or a Hugging Face directory")
         model, state = export.load_model(args.out_dir)
         return model, export.data_vocab(state), None
+    require("transformers", "hf")
     try:
         model = architecture(hf_model_type(args.init_from))[0].from_pretrained(args.init_from)
     except OSError as e:
@@ -71,12 +74,17 @@ def prompt_text(start: str) -> str:
     path = Path(start.removeprefix("FILE:"))
     if not path.is_file():
         raise UserError(f"--start=FILE:{path}: no such file")
-    return path.read_text(encoding="utf-8")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"--start=FILE:{path} is not UTF-8 text (byte {e.start}); save the prompt as UTF-8") from None
 
 
 def sample(args) -> list[str]:
-    if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature < 0:
-        raise UserError("--num_samples must be at least 1, --max_new_tokens and --temperature at least 0")
+    if args.num_samples < 1 or args.max_new_tokens < 0 or not args.temperature >= 0 or not math.isfinite(args.temperature):
+        raise UserError("--num_samples must be at least 1, --max_new_tokens and --temperature at least 0 (and finite)")
+    if args.top_k is not None and args.top_k < 1:
+        raise UserError(f"--top_k must be at least 1 (the number of most likely tokens to sample among), got {args.top_k}")
     device = resolve_device(args.device)
     model, vocab, hf_dir = load(args)
     model.to(device)

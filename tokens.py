@@ -68,7 +68,9 @@ class TokenWriter:
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
-        os.chmod(self.tmp, 0o644)  # mkstemp made it private to us
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o666 & ~umask)  # mkstemp made it private to us; a token file is the user's, as any they write
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:

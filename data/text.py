@@ -56,16 +56,16 @@ def _load(spec: str) -> Tokenizer:
 
         sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
         if sp.eos_id() < 0:
-            raise SystemExit(f"--tokenizer {path}: the sentencepiece model has no end-of-sequence token")
+            raise SystemExit(f"error: --tokenizer {path}: the sentencepiece model has no end-of-sequence token")
         return Tokenizer(sp.encode, sp.eos_id(), sp.get_piece_size())
     if path.is_dir():
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(path)
         if tok.eos_token_id is None:
-            raise SystemExit(f"--tokenizer {path}: the tokenizer has no end-of-sequence token")
+            raise SystemExit(f"error: --tokenizer {path}: the tokenizer has no end-of-sequence token")
         return Tokenizer(lambda text: tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id, len(tok))
-    raise SystemExit(f"--tokenizer {spec}: neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder")
+    raise SystemExit(f"error: --tokenizer {spec}: neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder")
 
 
 def load_local(paths: list[Path]):
@@ -76,16 +76,22 @@ def load_local(paths: list[Path]):
     parts = []
     for path in paths:
         if not path.is_file():
-            raise SystemExit(f"--input {path}: no such file")
+            raise SystemExit(f"error: --input {path}: no such file")
         suffixes = [s.lower() for s in path.suffixes]
         if suffixes[-1:] == [".parquet"]:
             part = Dataset.from_parquet(str(path))
         elif ".jsonl" in suffixes or ".json" in suffixes:
-            part = Dataset.from_json(str(path))
+            if path.stat().st_size == 0:
+                raise SystemExit(f"error: --input {path} is empty; give files that hold documents")
+            try:
+                part = Dataset.from_json(str(path))
+            except Exception as e:  # datasets' parse error, whatever its class
+                raise SystemExit(f"error: --input {path} is not JSON lines with a 'text' field ({type(e).__name__}); "
+                                 "give one JSON object a line, or parquet or plain-text files") from None
         else:
             part = Dataset.from_dict({"text": [path.read_text(encoding="utf-8", errors="replace")]})
         if "text" not in part.column_names:
-            raise SystemExit(f"--input {path}: no 'text' field (found {part.column_names})")
+            raise SystemExit(f"error: --input {path}: no 'text' field (found {part.column_names})")
         parts.append(part.select_columns(["text"]))
     return concatenate_datasets(parts)
 
@@ -131,5 +137,7 @@ def write_splits(splits: dict, out_dir: Path, tokenizer, num_proc: int = 1) -> d
 
 def random_split(dataset, test_size: float, seed: int) -> dict:
     """{'train', 'val'} by datasets' own train_test_split (nanoGPT's, with its seed 2357)."""
+    if len(dataset) < 2:
+        raise SystemExit(f"error: {len(dataset)} document(s) cannot be split into training and validation; give more")
     split = dataset.train_test_split(test_size=test_size, seed=seed, shuffle=True)
     return {"train": split["train"], "val": split["test"]}

@@ -53,6 +53,41 @@ def check_hyperparameters(lr: float, betas: tuple[float, float], weight_decay: f
         raise ValueError(f"Invalid epsilon value: {eps} (must be a finite number >= 0)")
 
 
+# Hyperparameters that tell torch.optim's and our optimizers apart in their groups (not the switches,
+# such as foreach, that torch adds to any): a saved group that has one that this optimizer does not
+# take, or lacks one it does, was saved by another optimizer.
+_KNOWN_HYPERPARAMETERS = {"lr", "betas", "eps", "weight_decay", "bias_correction", "amsgrad", "decoupled_weight_decay",
+                          "momentum", "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value"}
+
+
+def check_state_dict(optimizer: Optimizer, state_dict: dict, state_shapes) -> None:
+    """Refuse, at load time, a state_dict that another optimizer saved (ValueError naming what differs).
+
+    ``state_shapes(p)`` gives the {name: shape} of the state this optimizer keeps for parameter ``p``
+    (a shape of None: a scalar, any type); saved states are matched to parameters in order, as
+    ``Optimizer.load_state_dict`` does."""
+    name = type(optimizer).__name__
+    ours = set(optimizer.defaults) & _KNOWN_HYPERPARAMETERS
+    for group in state_dict.get("param_groups", []):
+        theirs = set(group) & _KNOWN_HYPERPARAMETERS
+        missing, extra = ours - theirs, theirs - ours
+        if missing or extra:
+            raise ValueError(f"this state_dict was not saved by {name}: its groups "
+                             + (f"lack {sorted(missing)}" if missing else f"have {sorted(extra)}, which {name} does not take")
+                             + "; load it into the optimizer that saved it")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    saved_ids = [i for group in state_dict.get("param_groups", []) for i in group["params"]]
+    for p, i in zip(params, saved_ids):
+        saved = state_dict.get("state", {}).get(i)
+        if saved is None:
+            continue
+        want = state_shapes(p)
+        if set(saved) != set(want) or any(shape is not None and tuple(saved[k].shape) != shape for k, shape in want.items()):
+            got = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__ for k, v in saved.items()}
+            raise ValueError(f"this state_dict was not saved by {name}: a parameter of shape {tuple(p.shape)} has "
+                             f"state {got}, where {name} keeps {want}; load it into the optimizer that saved it")
+
+
 def is_dtensor(t: torch.Tensor) -> bool:
     """``isinstance(t, DTensor)`` without importing torch.distributed.tensor, which would add about
     45% to ``import optim`` (1.8 s on a 2-core VM): no DTensor exists until something else has."""
@@ -119,8 +154,12 @@ class MomentumOnlyOptimizer(Optimizer):
         for group in self.param_groups:
             if group["fused"]:
                 for p in group["params"]:
-                    if p.dtype not in _FUSED_DTYPES:
+                    if p.real.dtype not in _FUSED_DTYPES:  # a complex parameter is updated as its pairs of reals
                         raise ValueError(f"fused=True supports {_FUSED_DTYPES} parameters, got {p.dtype}")
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        check_state_dict(self, state_dict, lambda p: {"step": None, "exp_avg": tuple(p.shape)})
+        super().load_state_dict(state_dict)
 
     def _hyperparameters(self, group: dict, step: int) -> tuple:
         raise NotImplementedError
@@ -152,6 +191,8 @@ class MomentumOnlyOptimizer(Optimizer):
                 m = state["exp_avg"]
                 if is_dtensor(p):
                     p, g, m = local(p), local(g), local(m)
+                if p.is_complex():  # as torch.optim.AdamW does: the real and imaginary parts as two reals
+                    p, g, m = torch.view_as_real(p), torch.view_as_real(g), torch.view_as_real(m)
                 key = (p.device, step)
                 if key not in buckets:
                     buckets[key] = ([], [], [])

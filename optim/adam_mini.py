@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.optim import Optimizer
 
-from ._momentum_only import check_hyperparameters, is_dtensor, local, upcast
+from ._momentum_only import check_hyperparameters, check_state_dict, is_dtensor, local, upcast
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -243,7 +243,10 @@ class AdamMini(Optimizer):
             named = list(group["params"])
             if not all(isinstance(item, tuple) and len(item) == 2 for item in named):
                 raise ValueError("AdamMini needs parameter names: pass model.named_parameters(), or groups of (name, param) pairs")
-            for block, (_, p) in zip(partition(named, n_head, rules, default_rule, transposed), named):
+            for block, (name, p) in zip(partition(named, n_head, rules, default_rule, transposed), named):
+                if p.is_complex():
+                    raise ValueError(f"AdamMini does not support complex parameters ({name} is {p.dtype}): its block "
+                                     "statistics are defined for real tensors; use AdamW or AdamS for this model")
                 blocks[p] = block
             group["params"] = [p for _, p in named]
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
@@ -271,6 +274,15 @@ class AdamMini(Optimizer):
         kwargs.setdefault("transposed", {f"{name}.weight" for name, module in model.named_modules()
                                          if type(module).__name__ == "Conv1D"})
         return cls(param_groups(model, weight_decay, named=True), **kwargs)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        def shapes(p):
+            block = self._blocks[p]
+            v = tuple(p.shape) if block.rule == "adam" else (block.n_blocks,)
+            return {"step": None, "exp_avg": tuple(p.shape), "exp_avg_sq": v}
+
+        check_state_dict(self, state_dict, shapes)
+        super().load_state_dict(state_dict)
 
     def partition(self) -> list[tuple[str, str, int]]:
         """(parameter name, rule, number of second-moment scalars) for every parameter."""

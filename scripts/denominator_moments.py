@@ -56,7 +56,7 @@ def main(argv=None):
     parser.add_argument("--b1", type=float, default=0.9)
     parser.add_argument("--b2", type=float, nargs="+", default=[0.9, 0.95, 0.98])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("results/analysis"), help="folder for moments.csv and moments.png")
+    parser.add_argument("--out", type=Path, default=Path("out"), help="folder for moments.csv and moments.png")
     args = parser.parse_args(argv)
 
     rows = []

@@ -172,7 +172,7 @@ def main(argv=None):
     parser.add_argument("runs", nargs="+", type=Path, help="train.py out_dirs")
     parser.add_argument("--noise", type=Path, nargs="+", required=True,
                         help="noise_scale.py's CSVs from AdamW runs on the same data (at several embedding lrs to fit R_emb's growth)")
-    parser.add_argument("--out", type=Path, default=Path("results/embedding_lr"))
+    parser.add_argument("--out", type=Path, default=Path("out/embedding_lr"))
     args = parser.parse_args(argv)
     ratios = {run: r for path in args.noise for run, r in embedding_ratios(path).items()}
     if len(ratios) == 1:

@@ -302,7 +302,9 @@ def finished(out: Path) -> bool:
 
 
 def eval_records(out: Path) -> list[dict]:
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    from metrics import records
+
+    lines = records(out / "metrics.jsonl")  # a last line cut short by a crash is left out
     return [r for r in lines if r["kind"] == "eval"]
 
 

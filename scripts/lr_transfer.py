@@ -235,7 +235,7 @@ def main(argv=None):
     parser.add_argument("--noise", type=Path, help="noise_scale.py's CSV, to place each batch against B_noise")
     parser.add_argument("--matched-seeds", action="store_true",
                         help="in each grid, use only the seeds that every one of its lr points has")
-    parser.add_argument("--out", type=Path, default=Path("results/lr_transfer"))
+    parser.add_argument("--out", type=Path, default=Path("out/lr_transfer"))
     args = parser.parse_args(argv)
 
     runs = read_runs([d for d in args.runs if d.is_dir()])

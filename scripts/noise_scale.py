@@ -298,7 +298,7 @@ def main(argv=None):
                         help="AdamS's beta2 in the predicted and measured step ratios (default: the run's own, as "
                              "the paper shares it); the run's AdamW moments are used as they are")
     parser.add_argument("--seed", type=int, default=0, help="torch seed (dropout masks, if the run has dropout)")
-    parser.add_argument("--out", type=Path, default=Path("results/analysis/noise_scale"))
+    parser.add_argument("--out", type=Path, default=Path("out/noise_scale"))
     args = parser.parse_args(argv)
     if args.micro_batches < 2:
         parser.error("--micro_batches must be at least 2")

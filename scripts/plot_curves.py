@@ -26,12 +26,13 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from metrics import records
 from scripts import out_file
 
 
 def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
     config = json.loads((out_dir / "config.json").read_text())["config"]
-    evals = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in line]
+    evals = [r for r in records(out_dir / "metrics.jsonl") if "val_loss" in r]
     return config, evals
 
 
@@ -62,7 +63,7 @@ def main(argv=None):
     parser.add_argument("runs", nargs="+", type=Path, help="out_dirs holding metrics.jsonl and config.json")
     parser.add_argument("--group", nargs="+", help="config keys whose values group runs into one curve (e.g. optimizer)")
     parser.add_argument("--x", choices=["iter", "tokens"], default="iter")
-    parser.add_argument("--out", type=Path, default=Path("results/curves"), help="output path without extension")
+    parser.add_argument("--out", type=Path, default=Path("out/curves"), help="output path without extension")
     parser.add_argument("--title", default="validation loss")
     parser.add_argument("--skip-first", type=int, default=1, help="evaluations to leave off the plot (the untrained model's)")
     parser.add_argument("--minus", metavar="LABEL", help="add a panel of every curve minus this one (a curve's label)")

@@ -148,7 +148,7 @@ def main(argv=None):
     parser.add_argument("runs", nargs="+", type=Path, help="AdamW and AdamS run folders (train.py out_dirs)")
     parser.add_argument("--rbar", type=float, required=True, help="AdamS/AdamW step-length ratio (scripts/noise_scale.py)")
     parser.add_argument("--at", type=int, nargs="+", help="evaluation steps to compare at (default: the last shared)")
-    parser.add_argument("--out", type=Path, default=Path("results/step_matched"))
+    parser.add_argument("--out", type=Path, default=Path("out/step_matched"))
     args = parser.parse_args(argv)
     if not args.rbar > 0:
         raise SystemExit(f"--rbar must be a positive ratio, got {args.rbar}; scripts/noise_scale.py prints it")

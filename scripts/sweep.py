@@ -38,6 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(REPO))
+
+from metrics import records  # noqa: E402
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -45,7 +49,7 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
     for item in items:
         key, eq, values = item.partition("=")
         if not eq or not values:
-            raise SystemExit(f"--grid {item!r}: write KEY=V1,V2,...")
+            raise SystemExit(f"error: --grid {item!r}: write KEY=V1,V2,...")
         grid[key] = values.split(",")
     return grid
 
@@ -64,12 +68,12 @@ def resolve_sets(items: list[str], point: dict[str, str]) -> list[str]:
     for item in items:
         key, eq, value = item.partition("=")
         if not eq:
-            raise SystemExit(f"--set {item!r}: write KEY=VALUE")
+            raise SystemExit(f"error: --set {item!r}: write KEY=VALUE")
         scaled = SCALED.match(value)
         if scaled:
             factor, source = scaled.groups()
             if source not in point:
-                raise SystemExit(f"--set {item!r}: '{source}' is not a --grid key, so there is nothing to scale")
+                raise SystemExit(f"error: --set {item!r}: '{source}' is not a --grid key, so there is nothing to scale")
             value = f"{float(factor) * float(point[source]):.6g}"
         out.append(f"--{key}={value}")
     return out
@@ -91,10 +95,10 @@ def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
     if not metrics.exists() or not config.exists():
         return None, False
     max_iters = json.loads(config.read_text())["config"]["max_iters"]
-    lines = metrics.read_text().splitlines()
-    if lines and json.loads(lines[-1]).get("kind") == "diverged":
+    lines = records(metrics)  # a last line cut short by a crash is left out
+    if lines and lines[-1].get("kind") == "diverged":
         return math.inf, True
-    evals = [json.loads(line) for line in lines if '"val_loss"' in line]
+    evals = [r for r in lines if "val_loss" in r]
     if not evals:
         return None, False
     return evals[-1]["val_loss"], evals[-1]["iter"] >= max_iters
@@ -115,10 +119,15 @@ def main(argv=None):
     parser.add_argument("--summarize", action="store_true", help="only tabulate the runs that finished; run nothing")
     args = parser.parse_args(argv)
 
+    for key in ("jobs", "nproc"):
+        if getattr(args, key) < 1:
+            raise SystemExit(f"error: --{key} must be at least 1, got {getattr(args, key)}")
+    if args.threads is not None and args.threads < 1:
+        raise SystemExit(f"error: --threads must be at least 1, got {args.threads}")
     grid = parse_grid(args.grid)
     for path in [*args.configs, *grid.get("config", [])]:
         if not Path(path).is_file():
-            raise SystemExit(f"config file '{path}' does not exist; pass a path like config/repro/cpu_adams.py")
+            raise SystemExit(f"error: config file '{path}' does not exist; pass a path like config/repro/cpu_adams.py")
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
     for point in points:
         resolve_sets(args.set, point)  # a malformed --set fails before anything runs
@@ -130,6 +139,9 @@ def main(argv=None):
         return
 
     if args.summarize:
+        if not args.out.is_dir():
+            raise SystemExit(f"error: --out {args.out} does not exist, so there is nothing to summarize; "
+                             "pass the folder a sweep wrote its runs to")
         return summarize(runs, list(grid), args.out)
 
     todo = [(p, s, d) for p, s, d in runs if not final_val_loss(d)[1]]
@@ -156,7 +168,7 @@ def main(argv=None):
     summary = summarize(runs, list(grid), args.out)
     failed = [d for (_, _, d), code in zip(todo, codes) if code != 0 and not final_val_loss(d)[1]]
     if failed:
-        raise SystemExit(f"{len(failed)} of {len(todo)} runs failed; the last lines of {failed[0] / 'train.log'} say why")
+        raise SystemExit(f"error: {len(failed)} of {len(todo)} runs failed; the last lines of {failed[0] / 'train.log'} say why")
     return summary
 
 

@@ -41,7 +41,7 @@ def main(argv=None):
     parser.add_argument("--beta1", type=float, default=0.9)
     parser.add_argument("--beta2", type=float, nargs="+", default=[0.9, 0.95, 0.99, 0.999])
     parser.add_argument("--points", type=int, default=2601)
-    parser.add_argument("--out", type=Path, default=Path("results/analysis"))
+    parser.add_argument("--out", type=Path, default=Path("out"))
     args = parser.parse_args(argv)
 
     ratios = torch.linspace(-13, 13, args.points, dtype=torch.float64)

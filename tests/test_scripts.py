@@ -593,7 +593,7 @@ def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
     assert "| 0.9, 0.95 | 4.00 | 3.16 | 0.001 | 0.001 (fit 0.001) | 2.000 (1) | 1.00 |" in out
     assert "| 0.9, 0.99 | 5.00 | 4.01 | 0.0008 | 0.0005 (fit 0.0005) | 2.000 (1) | 1.60 |" in out
     assert "| 0.95, 0.95 | — | 3.67 | — | 0.00025 (fit 0.00025) | 2.000 (1) | — |" in out
-    assert (tmp_path / "results/analysis/beta2_lr.png").stat().st_size > 0
+    assert (tmp_path / "out/beta2_lr.png").stat().st_size > 0  # the default: under out/, never into results/
 
 
 def parabola_scans(tmp_path):
@@ -655,8 +655,8 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_rati
     # the tokens figure's crossing panel draws a crossing, and leaves a bound (no crossing in the grids) to its marker
     assert lr_ratio.crossing(rows[0]) == pytest.approx(2 ** (0.97875 - 2))
     assert math.isnan(lr_ratio.crossing(dict(carry=("<", 0.33, math.nan)))) and math.isnan(lr_ratio.crossing(dict(carry=None)))
-    assert (tmp_path / "results/analysis/lr_ratio.png").stat().st_size > 0
-    assert (tmp_path / "results/analysis/lr_ratio_tokens.png").stat().st_size > 0
+    assert (tmp_path / "out/lr_ratio.png").stat().st_size > 0  # the default: under out/, never into results/
+    assert (tmp_path / "out/lr_ratio_tokens.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
         lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),), rbar=rbar)
     with pytest.raises(SystemExit, match="noise_other.csv has no run 'w'"):

@@ -51,7 +51,7 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     parser.add_argument("--lr", default="results/beta2_lr", help="lr_transfer's --out (one AdamW grid, AdamS at several betas)")
     parser.add_argument("--rbar", default="results/analysis/noise_scale_beta2",
                         help="folder of beta2=B/noise_scale.csv, one per AdamS beta2, along one AdamW probe run")
-    parser.add_argument("--out", default="results/analysis/beta2_lr", help="the figure, as OUT.png")
+    parser.add_argument("--out", default="out/beta2_lr", help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     lr_out = root / args.lr
     if not out_file(lr_out, ".csv").is_file():

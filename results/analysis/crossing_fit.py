@@ -168,7 +168,7 @@ def measured_bracket(runs: list[tuple[float, float]]) -> str:
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="results/analysis/crossing_fit", help="the figure, as OUT.png")
+    parser.add_argument("--out", default="out/crossing_fit", help="the figure, as OUT.png")
     parser.add_argument("--params", type=float, action="append", default=[],
                         help="also print the fit's run length to crossing 1 for a model of this many parameters")
     parser.add_argument("--of", choices=QUANTITIES, default="crossing",

@@ -307,7 +307,7 @@ def label(s: dict) -> str:
 
 def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="results/analysis/lr_ratio", help="the figure, as OUT.png")
+    parser.add_argument("--out", default="out/lr_ratio", help="the figure, as OUT.png")
     parser.add_argument("--within", type=float, default=0.01,
                         help="nats: AdamW's loss this close to its best counts as level with it (default 0.01)")
     parser.add_argument("--tables", nargs="+", metavar="CSV",

@@ -82,7 +82,7 @@ def narrower(a: dict, b: dict) -> bool | None:
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="results/analysis/lr_sensitivity", help="the figure, as OUT.png")
+    parser.add_argument("--out", default="out/lr_sensitivity", help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]
     for s in rows:

@@ -46,7 +46,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", type=int, default=115008)
     parser.add_argument("--steps", type=int, default=5625)
-    parser.add_argument("--out", type=Path, default=ROOT / "results/analysis/repetition.png")
+    parser.add_argument("--out", type=Path, default=Path("out/repetition.png"))
     args = parser.parse_args(argv)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     grids = [(label, grid(path, args.params, args.steps), style) for label, path, style in CORPORA]
@@ -69,6 +69,7 @@ def main(argv=None):
     right.set_ylabel("AdamS − AdamW at the same lr")
     right.set_title("what AdamW's lr costs AdamS")
     fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
 

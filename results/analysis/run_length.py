@@ -63,7 +63,7 @@ def main(argv=None):
     parser.add_argument("--lr", default="4e-3", help="the lr both optimizers ran, as the run folders spell it")
     parser.add_argument("--lengths", nargs="+", type=Path, default=LENGTHS,
                         help="one folder per run length, each holding adamw/ and adams/ sweeps")
-    parser.add_argument("--out", type=Path, default=ROOT / "results/analysis/run_length", help="output path without extension")
+    parser.add_argument("--out", type=Path, default=Path("out/run_length"), help="output path without extension")
     args = parser.parse_args(argv)
     found = [p for root in args.lengths for p in pairs(root, args.lr)]
     if not found:
@@ -102,6 +102,7 @@ def main(argv=None):
     right.set_title("at the end of each run")
     fig.tight_layout()
     png, table = args.out.with_name(args.out.name + ".png"), args.out.with_name(args.out.name + ".csv")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     with open(table, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -79,7 +79,7 @@ def shared_seeds(runs: list[dict]) -> list[int]:
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="one setting's AdamW and AdamS run folders")
-    parser.add_argument("--out", type=Path, default=ROOT / "results/analysis/seed_bootstrap")
+    parser.add_argument("--out", type=Path, default=Path("out/seed_bootstrap"))
     parser.add_argument("--seed", type=int, default=0, help="for the random draws, where there are too many to list")
     args = parser.parse_args(argv)
 

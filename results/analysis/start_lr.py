@@ -87,7 +87,7 @@ def band_name(lo: float, hi: float) -> str:
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="results/analysis/start_lr", help="the figure, as OUT.png")
+    parser.add_argument("--out", default="out/start_lr", help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]
     for s in rows:

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("paths", nargs="+", type=Path, help="train.py run folders (their newest checkpoint) or checkpoint files")
     parser.add_argument("--seeds", default="1-20", help="the seeds whose validation windows to score (default 1-20)")
     parser.add_argument("--data_dir", default=None, help="where the dataset is, if not where the run trained")
-    parser.add_argument("--out", default="results/analysis/val_windows", help="OUT.csv and OUT.png")
+    parser.add_argument("--out", default="out/val_windows", help="OUT.csv and OUT.png")
     args = parser.parse_args(argv)
     seeds = seed_list(args.seeds)
     if len(seeds) < 2:
