@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import distributed
+import data_parallel
 import metrics
 from errors import UserError
 
@@ -222,7 +222,7 @@ class Progress:
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
 
 
-def prepare(out_dir: str | os.PathLike, init_from: str, overwrite: bool, dist_: distributed.Dist,
+def prepare(out_dir: str | os.PathLike, init_from: str, overwrite: bool, dist_: data_parallel.Dist,
             read_only: bool = False) -> dict | None:
     """The checkpoint to continue (init_from 'resume', or 'auto' with one in out_dir), or None
     for a fresh start, after checking out_dir. Nothing is changed here: a fresh start that replaces
@@ -254,17 +254,17 @@ def prepare(out_dir: str | os.PathLike, init_from: str, overwrite: bool, dist_: 
     return None
 
 
-def start_fresh(out_dir: str | os.PathLike, dist_: distributed.Dist) -> None:
+def start_fresh(out_dir: str | os.PathLike, dist_: data_parallel.Dist) -> None:
     """Clear what an earlier run left in out_dir (its checkpoints and log), for a fresh start that
     replaces it; every rank calls it, rank 0 clears. Call it only once every input has been checked."""
     out_dir = Path(out_dir)
-    distributed.barrier()  # every rank has looked before rank 0 clears anything
+    data_parallel.barrier()  # every rank has looked before rank 0 clears anything
     if dist_.is_main:
         if latest(out_dir) is None and (out_dir / metrics.FILE).exists():
             print(f"note: out_dir '{out_dir}' held the log of a run stopped before its first checkpoint; starting it again")
         shutil.rmtree(out_dir / FOLDER, ignore_errors=True)
         (out_dir / metrics.FILE).unlink(missing_ok=True)
-    distributed.barrier()
+    data_parallel.barrier()
 
 
 LOCK = ".lock"
@@ -319,7 +319,7 @@ def set_rng_states(state: dict, device: torch.device) -> None:
 
 
 def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler,
-            dist_: distributed.Dist) -> Progress:
+            dist_: data_parallel.Dist) -> Progress:
     """Load a checkpoint into this run, whatever its layout and this run's (one process, DDP or
     FSDP, any number of ranks), and return where it stood. Every rank calls it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
@@ -341,7 +341,7 @@ def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimize
 
 
 def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler,
-             progress: Progress, meta: dict, keep: int, dist_: distributed.Dist, sharded: bool) -> None:
+             progress: Progress, meta: dict, keep: int, dist_: data_parallel.Dist, sharded: bool) -> None:
     """Checkpoint the run at ``progress.iter``: one file from rank 0, or (``sharded``) every
     rank's shards. Every rank calls it. ``meta`` goes in as it is (config, model shape, ...).
 
@@ -350,12 +350,12 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    shards = [distributed.local(p) for p in model.parameters()]
+    shards = [data_parallel.local(p) for p in model.parameters()]
     bad = torch.tensor(float(sum(not torch.isfinite(t).all() for t in shards)))
-    if distributed.all_reduce_sum(bad).item():
+    if data_parallel.all_reduce_sum(bad).item():
         raise UserError(f"iteration {progress.iter}: the parameters hold NaN/Inf; refusing to checkpoint them. "
                         f"The last good checkpoint is {latest(out_dir)}")
-    rng = distributed.all_gather_object(rng_states(dist_.device))  # every rank's, for an exact resume
+    rng = data_parallel.all_gather_object(rng_states(dist_.device))  # every rank's, for an exact resume
     meta = dict(meta, scaler=scaler.state_dict(), iter_num=progress.iter, tokens=progress.tokens,
                 best_val_loss=progress.best_val_loss, skipped_steps=progress.skipped_steps, rng=rng)
     if sharded:
@@ -371,4 +371,4 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
             raise UserError(f"iteration {progress.iter}: the checkpoint could not be written to {Path(out_dir) / FOLDER} "
                             f"({e.strerror}); the last complete one is {latest(out_dir)}. Free space or fix the "
                             "folder's permissions, then resume with --init_from=resume") from e
-    distributed.barrier()
+    data_parallel.barrier()

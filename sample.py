@@ -22,7 +22,7 @@ import torch
 
 import checkpoint
 import export
-from distributed import resolve_device
+from data_parallel import resolve_device
 from errors import UserError, require
 from model import LanguageModel, architecture, hf_model_type
 

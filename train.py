@@ -24,8 +24,8 @@ import torch
 
 import checkpoint
 import configurator
+import data_parallel
 import dataset
-import distributed
 import metrics
 from configurator import TrainConfig
 from errors import UserError
@@ -101,12 +101,12 @@ def main(cfg: TrainConfig, explicit: set[str] | None = None) -> dict:
     """Train (or, with eval_only, evaluate) as ``cfg`` says. Resuming, the run's own settings are the
     base and only the ``explicit`` keys of ``cfg`` (those a config file or the command line set)
     override them; None: the keys whose values differ from the defaults."""
-    dist_ = distributed.setup(cfg.backend, cfg.device)
+    dist_ = data_parallel.setup(cfg.backend, cfg.device)
     try:
         with contextlib.ExitStack() as cleanup:  # the run folder's lock, held until the run ends
             return train(cfg, dist_, explicit, cleanup)
     finally:
-        distributed.teardown()
+        data_parallel.teardown()
         torch.set_flush_denormal(False)  # leave the process as we found it (tests, notebooks call main)
 
 
@@ -126,7 +126,7 @@ def resume_config(cfg: TrainConfig, resume: dict, explicit: set[str] | None, wor
     return cfg
 
 
-def lock_run(out_dir: Path, dist_: distributed.Dist) -> contextlib.AbstractContextManager:
+def lock_run(out_dir: Path, dist_: data_parallel.Dist) -> contextlib.AbstractContextManager:
     """Rank 0 takes the run folder's lock; every rank stops if another process holds it."""
     held, refused = contextlib.nullcontext(), ""
     if dist_.is_main:
@@ -134,13 +134,13 @@ def lock_run(out_dir: Path, dist_: distributed.Dist) -> contextlib.AbstractConte
             held = checkpoint.RunLock(out_dir)
         except UserError as e:
             refused = str(e)
-    refused = distributed.all_gather_object(refused)[0]
+    refused = data_parallel.all_gather_object(refused)[0]
     if refused:
         raise UserError(refused)
     return held
 
 
-def train(cfg: TrainConfig, dist_: distributed.Dist, explicit: set[str] | None, cleanup: contextlib.ExitStack) -> dict:
+def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None, cleanup: contextlib.ExitStack) -> dict:
     device, out_dir, main_rank = dist_.device, Path(cfg.out_dir), dist_.is_main
     if not (cfg.init_from == "resume" or (cfg.init_from == "auto" and checkpoint.latest(out_dir) is not None)):
         configurator.check(cfg, dist_.world_size)  # (a resumed run's config is checked once merged with the run's)
@@ -160,7 +160,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist, explicit: set[str] | None, 
     dtype = cfg.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    model, autocast = distributed.parallelize(raw_model, raw_model.blocks, dist_, getattr(torch, dtype),
+    model, autocast = data_parallel.parallelize(raw_model, raw_model.blocks, dist_, getattr(torch, dtype),
                                               fsdp=cfg.fsdp, compile=cfg.compile)
     optimizer = build_optimizer(cfg.optimizer, raw_model, implementation=cfg.implementation,
                                 embedding_lr_scale=cfg.embedding_lr_scale, **optimizer_kwargs(cfg, announce=main_rank))
@@ -224,7 +224,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist, explicit: set[str] | None, 
                 group["lr"] = lr * group.get("lr_scale", 1.0)
             loss_sum = torch.zeros((), device=device)
             for micro in range(micro_steps):
-                distributed.sync_gradients(model, micro == micro_steps - 1)  # reduce on the last micro-step only
+                data_parallel.sync_gradients(model, micro == micro_steps - 1)  # reduce on the last micro-step only
                 with autocast:
                     _, loss = model(*batch(dataset.TRAIN, it, micro * dist_.world_size + dist_.rank))
                     loss = loss / micro_steps  # DDP averages the ranks' gradients
@@ -232,9 +232,9 @@ def train(cfg: TrainConfig, dist_: distributed.Dist, explicit: set[str] | None, 
                 loss_sum += loss.detach()
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-            grad_norm = distributed.full(grad_norm)  # FSDP2 returns this rank's part of the norm
+            grad_norm = data_parallel.full(grad_norm)  # FSDP2 returns this rank's part of the norm
             # one sync per step: the global mean loss, and the norm (identical on every rank after DDP)
-            train_loss, norm = (distributed.all_reduce_sum(torch.stack([loss_sum, grad_norm.float()]))
+            train_loss, norm = (data_parallel.all_reduce_sum(torch.stack([loss_sum, grad_norm.float()]))
                                 / dist_.world_size).tolist()
             # With float16 the GradScaler owns overflowing gradients: it skips those steps itself.
             if math.isfinite(train_loss) and (math.isfinite(norm) or scaler.is_enabled()):
@@ -292,7 +292,7 @@ def train(cfg: TrainConfig, dist_: distributed.Dist, explicit: set[str] | None, 
 
 
 @torch.no_grad()
-def evaluate(model, batch, eval_iters: int, dist_: distributed.Dist, autocast) -> dict[str, float]:
+def evaluate(model, batch, eval_iters: int, dist_: data_parallel.Dist, autocast) -> dict[str, float]:
     """Mean loss on the validation and the training data, over the same ``eval_iters`` batches
     every time (``batch(stream, it, index, split)``); each rank computes its share."""
     model.eval()
@@ -302,12 +302,12 @@ def evaluate(model, batch, eval_iters: int, dist_: distributed.Dist, autocast) -
         for k in range(dist_.rank, eval_iters, dist_.world_size):
             with autocast:
                 total += model(*batch(stream, 0, k, split))[1].double()
-        out[split] = distributed.all_reduce_sum(total).item() / eval_iters
+        out[split] = data_parallel.all_reduce_sum(total).item() / eval_iters
     model.train()
     return out
 
 
-def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distributed.Dist, dtype: str,
+def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_parallel.Dist, dtype: str,
              out_dir: Path | None) -> None:
     """Print the config and what follows from it, and write both to out_dir/config.json (unless out_dir is None)."""
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
@@ -316,7 +316,7 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: distri
     tokens_per_param = tokens_per_iter * cfg.max_iters / params  # the run's length, as results/ measures it
     derived = dict(tokens_per_iter=tokens_per_iter, parameters=params, tokens_per_param=tokens_per_param,
                    world_size=dist_.world_size, micro_steps_per_rank=micro_steps, device=str(dist_.device), dtype=dtype,
-                   hardware=distributed.hardware(dist_.device), torch=torch.__version__, threads=torch.get_num_threads())
+                   hardware=data_parallel.hardware(dist_.device), torch=torch.__version__, threads=torch.get_num_threads())
     if out_dir is not None:
         (out_dir / "config.json").write_text(json.dumps(dict(config=config, derived=derived), indent=2))
     print("config:", json.dumps(config))
@@ -387,4 +387,4 @@ def cli(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    distributed.exit_process(cli(sys.argv[1:]))
+    data_parallel.exit_process(cli(sys.argv[1:]))

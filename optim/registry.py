@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from .adam_mini import AdamMini
 from .adams import AdamS
@@ -27,7 +26,12 @@ IMPLEMENTATIONS = ("auto", "loop", "foreach", "fused")
 
 def torch_fused_where_supported(params: list[torch.Tensor]) -> str | None:
     """'fused' where torch has a fused kernel for every parameter's device, else the default."""
-    devices = _get_fused_kernels_supported_devices()
+    try:  # a private helper of torch's: looked up when needed, with a fallback if a release moves it
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        devices = _get_fused_kernels_supported_devices()
+    except ImportError:
+        devices = ["cuda"]
     return "fused" if all(p.device.type in devices and p.is_floating_point() for p in params) else None
 
 

@@ -28,7 +28,7 @@ from torch.distributed.tensor import DTensor
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import distributed
+import data_parallel
 from model import GPT, SIZES, GPTConfig
 from model_llama import SIZES as LLAMA_SIZES
 from model_llama import Llama, LlamaConfig
@@ -101,4 +101,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
-    distributed.exit_process(0)
+    data_parallel.exit_process(0)

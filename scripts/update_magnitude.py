@@ -19,11 +19,15 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import sys
 from pathlib import Path
 
 import torch
 
-from optim import AdamS
+if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from optim import AdamS  # noqa: E402
 
 
 def step_sizes(ratios: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor:

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
-import distributed
+import data_parallel
 from optim import AdamMini, AdamS, Lion
 
 dist.init_process_group("gloo")
@@ -44,4 +44,4 @@ for name, make in MAKERS.items():
     if dist.get_rank() == 0:
         print(f"{name}: sharded == unsharded over {len(grads)} steps", flush=True)
 dist.destroy_process_group()
-distributed.exit_process(0)  # not Python's shutdown: see its docstring
+data_parallel.exit_process(0)  # not Python's shutdown: see its docstring

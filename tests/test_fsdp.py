@@ -46,10 +46,10 @@ def assert_close_losses(a, b, rel=1e-5, until=None):
 def test_exit_process_keeps_the_code_and_the_output(under_torchrun):
     # Under torchrun (RANK set) a worker leaves with os._exit, skipping Python's shutdown (where a gloo
     # thread can abort a finished run): what it printed or logged must still arrive, with its exit code.
-    code = ("import logging, sys, distributed\n"
+    code = ("import logging, sys, data_parallel\n"
             "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
             "print('to stdout', end='')\nprint('to stderr', end='', file=sys.stderr)\nlogging.info('logged')\n"
-            "distributed.exit_process(3)\nprint('not reached')")
+            "data_parallel.exit_process(3)\nprint('not reached')")
     e = {k: v for k, v in env().items() if k != "PYTHONUNBUFFERED"}  # block-buffered stdout, as under a launcher
     if under_torchrun:
         e["RANK"] = "0"
