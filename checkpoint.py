@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import random
 import re
 import shutil
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import cli
 import data_parallel
 import metrics
 from errors import UserError
@@ -145,14 +147,29 @@ def load(out_dir: str | os.PathLike, map_location="cpu") -> dict:
     return load_file(path, map_location)
 
 
+def _torch_load(path: Path, map_location):
+    """``torch.load(weights_only=True)``: tensors and plain types only, nothing a file could run. Checkpoints
+    written before the RNG states were kept as lists hold NumPy's array of them: those load with NumPy's
+    array types allowed, and nothing else."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "numpy" not in str(e):
+            raise
+    multiarray = (getattr(np, "_core", None) or np.core).multiarray
+    numpy_types = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), multiarray._reconstruct]
+    with torch.serialization.safe_globals(numpy_types):
+        return torch.load(path, map_location=map_location, weights_only=True)
+
+
 def load_file(path: Path, map_location="cpu") -> dict:
     """A checkpoint's contents; for a sharded one, its meta.pt plus ``dcp_path`` to load the tensors from."""
     try:
         if path.is_dir():
-            state = torch.load(path / "meta.pt", map_location=map_location, weights_only=False)
+            state = _torch_load(path / "meta.pt", map_location)
             state["dcp_path"] = path
             return state
-        state = torch.load(path, map_location=map_location, weights_only=False)
+        state = _torch_load(path, map_location)
     except Exception as e:
         older = [p.name for p in checkpoints(path.parent.parent) if p != path]
         hint = f"move it aside to resume from {older[-1]}" if older else "start a new run in another out_dir"
@@ -304,7 +321,9 @@ class RunLock:
 
 
 def rng_states(device: torch.device) -> dict:
-    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    """Every RNG's state in plain types and tensors, so that ``torch.load(weights_only=True)`` reads it."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = dict(python=random.getstate(), numpy=(name, keys.tolist(), pos, has_gauss, gauss), torch=torch.get_rng_state())
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
@@ -312,7 +331,8 @@ def rng_states(device: torch.device) -> dict:
 
 def set_rng_states(state: dict, device: torch.device) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
@@ -372,3 +392,61 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
                             f"({e.strerror}); the last complete one is {latest(out_dir)}. Free space or fix the "
                             "folder's permissions, then resume with --init_from=resume") from e
     data_parallel.barrier()
+
+
+# --- a sharded run as one file --------------------------------------------------------------------------
+
+
+def consolidate(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Write the latest checkpoint of a sharded run ``src`` (a ``.dcp`` folder) as one ``.pt`` file in a new
+    run folder ``dst``, with the run's config.json and metrics.jsonl beside it, so that train.py,
+    sample.py and export.py read it in one process (and ``torch.load(weights_only=True)`` does too)."""
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    src, dst = Path(src), Path(dst)
+    path = latest(src)
+    if path is None:
+        raise UserError(f"no checkpoint in {src / FOLDER}; give the out_dir of a run trained with fsdp=True")
+    if not path.is_dir():
+        raise UserError(f"{path} is already one .pt file; train.py, sample.py and export.py read it as it is")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise UserError(f"{dst} exists and is not empty; choose a new folder for the consolidated run")
+    if src.resolve() in dst.resolve().parents or dst.resolve() == src.resolve():
+        raise UserError(f"{dst} lies inside the run {src}; choose a folder outside it")
+    meta = load_file(path)
+    meta.pop("dcp_path")
+    dst.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dst) as tmp:
+        full = Path(tmp) / "full.pt"
+        dcp_to_torch_save(str(path), str(full))
+        tensors = _torch_load(full, "cpu")
+    for name in ("config.json", metrics.FILE):
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+    return save(dst, dict(meta, model=tensors["model"], optimizer=tensors["optimizer"]))
+
+
+def main(argv=None) -> int:
+    import sys
+
+
+    parser = cli.Parser(prog="python -m checkpoint", description="Checkpoints of train.py runs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    merge = sub.add_parser("consolidate", help="a sharded (fsdp=True) run's latest .dcp checkpoint -> one .pt file",
+                           description="Write a sharded run's latest checkpoint (.dcp) as one .pt file in a new run "
+                                       "folder, which train.py (--init_from=resume), sample.py and export.py read.")
+    merge.add_argument("src", type=Path, help="the out_dir of a run trained with fsdp=True")
+    merge.add_argument("dst", type=Path, help="a new folder for the consolidated run")
+    args = parser.parse_args(argv)
+    try:
+        print(f"wrote {consolidate(args.src, args.dst)}")
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""A train.py checkpoint as a Hugging Face GPT-2 directory, for transformers, lm-eval-harness or TRL.
+"""A train.py checkpoint as a Hugging Face directory (GPT2LMHeadModel or LlamaForCausalLM), for transformers,
+lm-eval-harness or TRL.
 
     python export.py OUT_DIR HF_DIR                                # the run's latest checkpoint, .pt or sharded .dcp
     python export.py OUT_DIR/checkpoints/ckpt_00001200.pt HF_DIR   # a particular one
@@ -7,8 +8,8 @@
     model = AutoModelForCausalLM.from_pretrained(HF_DIR)           # our logits, to float rounding
     tokenizer = AutoTokenizer.from_pretrained(HF_DIR)
 
-HF_DIR gets config.json and model.safetensors (a GPT2LMHeadModel), and the tokenizer where the
-vocabulary is one we know:
+HF_DIR gets config.json and model.safetensors (a GPT2LMHeadModel, or a LlamaForCausalLM for a
+``--model=llama`` run), and the tokenizer where the vocabulary is one we know:
 
 - GPT-2's BPE (50,257 tokens): vocab.json and merges.txt, the same content as tiktoken's GPT-2
   files (read from tiktoken's cache, ``TIKTOKEN_CACHE_DIR``, or downloaded);
@@ -24,7 +25,6 @@ at all, and an existing non-empty HF_DIR is refused unless --overwrite.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 import checkpoint
+import cli
 from errors import UserError, require
 from model import GPT, LanguageModel, architecture
 
@@ -94,6 +95,29 @@ def to_hf(model: GPT, vocab_size: int):
                 target.zero_()  # bias=False: the layer has none, which is a zero bias
             else:
                 raise KeyError(f"no weight for Hugging Face's {key}")
+    return hf.eval()
+
+
+def to_hf_llama(model, vocab_size: int):
+    """A transformers LlamaForCausalLM computing what our Llama (model_llama.py) computes on token ids
+    < vocab_size. The parameter names are the same; rotary embeddings follow the same convention."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = model.config
+    if vocab_size > c.vocab_size:
+        raise UserError(f"vocab_size={vocab_size} is larger than the model's {c.vocab_size}")
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=c.n_embd, num_hidden_layers=c.n_layer,
+                         intermediate_size=model.model.layers[0].mlp.up_proj.out_features, num_attention_heads=c.n_head,
+                         num_key_value_heads=c.n_head, max_position_embeddings=c.block_size, rms_norm_eps=c.norm_eps,
+                         rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, tie_word_embeddings=False,
+                         attention_bias=False, mlp_bias=False, attention_dropout=c.dropout)
+    hf = LlamaForCausalLM(config)
+    ours = model.state_dict()
+    with torch.no_grad():
+        for key, target in hf.state_dict().items():
+            if key not in ours:
+                raise KeyError(f"no weight for Hugging Face's {key}")
+            target.copy_(ours[key][:vocab_size] if key in ("model.embed_tokens.weight", "lm_head.weight") else ours[key])
     return hf.eval()
 
 
@@ -157,13 +181,11 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
                             "exported; choose a folder outside the run")
     require("transformers", "hf")
     model, state = load_model(source)
-    if not isinstance(model, GPT):
-        raise UserError(f"{source} holds a {state['model_type']} model; export.py writes GPT-2 directories only")
     vocab = data_vocab(state)
     hf_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{hf_dir.name}.", dir=hf_dir.parent))
     try:
-        to_hf(model, vocab).save_pretrained(tmp)
+        (to_hf(model, vocab) if isinstance(model, GPT) else to_hf_llama(model, vocab)).save_pretrained(tmp)
         if vocab <= 256:
             tokenizer = byte_tokenizer()
         elif vocab == GPT2_VOCAB:
@@ -190,7 +212,7 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="a train.py out_dir (its latest checkpoint) or a checkpoint file or .dcp folder")
     parser.add_argument("hf_dir", help="the Hugging Face directory to write")
     parser.add_argument("--overwrite", action="store_true", help="replace hf_dir if it holds something")

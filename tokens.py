@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+import cli
 from errors import UserError
 
 MAGIC = b"ADAMSTOK"
@@ -97,7 +98,8 @@ def read_header(path: Path) -> tuple[int, int, int]:
     with open(path, "rb") as f:
         raw = f.read(HEADER.size)
     if len(raw) < HEADER.size or raw[:8] != MAGIC:
-        raise UserError(f"{path} is not a token file (bad magic); regenerate it with the dataset's prepare.py")
+        raise UserError(f"{path} is not a token file (bad magic); regenerate it with the dataset's prepare.py, or, if it "
+                        f"is nanoGPT's headerless uint16 file, convert it: python -m tokens from-nanogpt {path.parent} OUT_DIR")
     _, version, itemsize, vocab, count = HEADER.unpack(raw)
     if version != VERSION:
         raise UserError(f"{path} has token-file version {version}, this code reads {VERSION}; regenerate it")
@@ -115,3 +117,53 @@ def read_tokens(path: str | os.PathLike) -> tuple[np.memmap, int]:
     itemsize, vocab, count = read_header(path)
     tokens = np.memmap(path, dtype=f"<u{itemsize}", mode="r", offset=HEADER.size, shape=(count,))
     return tokens, vocab
+
+
+def from_nanogpt(src: Path, dst: Path, vocab_size: int = 50257, chunk: int = 1 << 24) -> int:
+    """Convert a nanoGPT token file (headerless uint16 ids, GPT-2's 50,257-token vocabulary unless said
+    otherwise) into this format; returns the token count. The file is read in chunks, never whole."""
+    if not src.is_file():
+        raise UserError(f"{src} does not exist; give a nanoGPT train.bin or val.bin, or the folder holding them")
+    if src.stat().st_size % 2:
+        raise UserError(f"{src} has an odd number of bytes, so it is not a file of uint16 tokens")
+    raw = np.memmap(src, dtype="<u2", mode="r")
+    with TokenWriter(dst, vocab_size) as writer:
+        for start in range(0, len(raw), chunk):
+            part = np.asarray(raw[start:start + chunk])
+            if part.size and int(part.max()) >= vocab_size:
+                raise UserError(f"{src} holds token id {int(part.max())}, outside a vocabulary of {vocab_size}; "
+                                "pass its vocabulary with --vocab-size (nanoGPT's meta.pkl has it)")
+            writer.write(part)
+        return writer.count
+
+
+def main(argv=None) -> int:
+    import sys
+
+
+    parser = cli.Parser(prog="python -m tokens", description="Token files: convert nanoGPT's into ours.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    convert = sub.add_parser("from-nanogpt", help="nanoGPT's headerless train.bin / val.bin -> this format",
+                             description="Convert nanoGPT's token files (headerless uint16) into this project's format. "
+                                         "SRC is a file, or a folder whose train.bin and val.bin are converted into DST.")
+    convert.add_argument("src", type=Path, help="a nanoGPT .bin file, or a folder with train.bin and val.bin")
+    convert.add_argument("dst", type=Path, help="the file to write, or (for a folder) the dataset folder to write")
+    convert.add_argument("--vocab-size", type=int, default=50257, help="the ids' vocabulary (default: GPT-2's 50257)")
+    args = parser.parse_args(argv)
+    try:
+        pairs = [(args.src / n, args.dst / n) for n in ("train.bin", "val.bin")] if args.src.is_dir() else [(args.src, args.dst)]
+        for src, dst in pairs:  # every input checked before anything is written
+            if not src.is_file():
+                raise UserError(f"{src} does not exist; give a nanoGPT train.bin or val.bin, or the folder holding them")
+            if dst.exists() and dst.resolve() == src.resolve():
+                raise UserError(f"{dst} is the file being converted; write the converted file elsewhere")
+        for src, dst in pairs:
+            print(f"{src} -> {dst}: {from_nanogpt(src, dst, args.vocab_size):,} tokens")
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

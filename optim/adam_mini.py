@@ -13,7 +13,8 @@ Hugging Face GPT-2's ``Conv1D``, stored (in, out): ``AdamMini.from_model`` finds
 - ``adam``:  one v per coordinate (plain Adam), used for biases.
 - ``row``:   one v per row: per token for embeddings and the output head, per output neuron
              for value, attention output and MLP weights.
-- ``head``:  one v per attention head (n_head equal groups of rows): query and key weights.
+- ``head``:  one v per attention head (groups of width / n_head rows): query and key weights, so
+             a grouped-query key (fewer KV heads) gets one v per KV head.
 - ``qkv``:   GPT-2's fused ``c_attn`` weight, rows [Q; K; V]: Q and K per head, V per row.
 - ``whole``: one v for the whole tensor: norm weights, the position embedding.
 """
@@ -77,9 +78,12 @@ def _segments(name: str, rule: str, shape: torch.Size, n_head: int | None) -> tu
     if n_head is None:
         raise ValueError(f"Adam-mini rule '{rule}' for {name} needs n_head: pass AdamMini(..., n_head=...)")
     if rule == "head":
-        if rows % n_head:
-            raise ValueError(f"{name} has {rows} rows, not divisible into n_head={n_head} heads")
-        return ((rows // n_head, n_head),)
+        # a head is the model's width over n_head rows (the official package's dim * dim / n_heads
+        # elements): the query's n_head heads, and a grouped-query key's fewer KV heads alike
+        if shape[1] % n_head or rows % (shape[1] // n_head):
+            raise ValueError(f"{name} of shape {tuple(shape)} does not split into heads of {shape[1]} / n_head={n_head} rows")
+        head_rows = shape[1] // n_head
+        return ((head_rows, rows // head_rows),)
     if rows % (3 * n_head):
         raise ValueError(f"fused qkv weight {name} has {rows} rows, not 3 × a multiple of n_head={n_head}")
     head_rows = rows // (3 * n_head)
