@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 import checkpoint
+import cli
 import export
 from data_parallel import resolve_device
 from errors import UserError, require
@@ -109,7 +110,7 @@ def sample(args) -> list[str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out_dir", default="out", help="the run to sample from (its latest checkpoint)")
     parser.add_argument("--init_from", default="resume", help="'resume' (out_dir), a GPT-2 name, or a Hugging Face directory")
     parser.add_argument("--start", default="\n", help="the prompt, or FILE:path to read it from a file")

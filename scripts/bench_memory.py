@@ -22,7 +22,6 @@ an iteration.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -39,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from model import GPT, SIZES, GPTConfig
 from optim import build_optimizer, state_bytes
 
@@ -128,7 +128,7 @@ def setup(device_name: str) -> tuple[torch.device, int, int]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="GPT-2 sizes (default: all four)")
     parser.add_argument("--small", action="store_true", help="a 2-layer stand-in model, for CPUs and tests")
     parser.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS))

@@ -19,7 +19,6 @@ copy bandwidth.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -31,6 +30,7 @@ import torch
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from model import GPT, SIZES, GPTConfig
 from optim import AdamMini, AdamS, Lion, _cpu_fused
 
@@ -142,7 +142,7 @@ def bench(size, small, dtype, device, repeats, only):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["small"], choices=list(SIZES), help="GPT-2 sizes whose shapes to use")
     parser.add_argument("--small", action="store_true", help="scaled-down shapes (1/4 width, 1/3 depth, 8K vocab)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")

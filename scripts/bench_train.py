@@ -13,7 +13,6 @@ log lines of the second half of the run, read from the run's metrics.jsonl.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import shlex
@@ -29,6 +28,7 @@ import torch
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 import metrics
 from tokens import write_tokens
 
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--optimizers", nargs="+", default=["adamw", "adams"])
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=16, help="sequences per micro-step")

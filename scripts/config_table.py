@@ -1,15 +1,15 @@
-"""Rewrite the README's configuration table from configurator.TrainConfig (defaults and comments).
+"""Rewrite config/README.md's table of every key from configurator.TrainConfig (defaults and comments).
 
     python -m scripts.config_table          # tests/test_docs.py fails until the README is in sync
 """
 
-import argparse
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from configurator import documented_fields
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,8 +22,8 @@ def table() -> str:
 
 
 def main():
-    argparse.ArgumentParser(description="Rewrite README.md's configuration table from configurator.py.").parse_args()
-    path = REPO / "README.md"
+    cli.Parser(description="Rewrite config/README.md's table of every key from configurator.py.").parse_args()
+    path = REPO / "config" / "README.md"
     text = path.read_text()
     start = text.index("\n", text.index("<!-- config-table")) + 1
     end = text.index("<!-- /config-table -->")

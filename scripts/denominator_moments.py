@@ -18,11 +18,16 @@ stationarity, and prints both with the relative error.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's modules, however it is run
+
+import cli  # noqa: E402
+from scripts import out_file  # noqa: E402
 
 
 def closed_forms(mu: float, sigma: float, b1: float, b2: float) -> dict[str, float]:
@@ -50,33 +55,32 @@ def monte_carlo(mu: float, sigma: float, b1: float, b2: float, chains: int, step
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chains", type=int, default=200_000, help="independent chains per setting")
     parser.add_argument("--steps", type=int, default=400, help="steps per chain: enough for every EMA to forget its zero start (b2**steps ~ 0)")
-    parser.add_argument("--b1", type=float, default=0.9)
-    parser.add_argument("--b2", type=float, nargs="+", default=[0.9, 0.95, 0.98])
+    parser.add_argument("--beta1", type=float, default=0.9)
+    parser.add_argument("--beta2", type=float, nargs="+", default=[0.9, 0.95, 0.98], help="one or more")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("out"), help="folder for moments.csv and moments.png")
+    parser.add_argument("--out", type=Path, default=Path("out/moments"), help="file stem: OUT.csv and OUT.png")
     args = parser.parse_args(argv)
 
     rows = []
-    settings = [(mu, sigma, b2) for b2 in args.b2 for mu, sigma in ((0.0, 1.0), (1.0, 1.0), (3.0, 1.0), (1.0, 3.0))]
+    settings = [(mu, sigma, b2) for b2 in args.beta2 for mu, sigma in ((0.0, 1.0), (1.0, 1.0), (3.0, 1.0), (1.0, 3.0))]
     print(f"{'b2':>5} {'mu':>4} {'sigma':>5} | {'moment':7} {'closed form':>12} {'Monte Carlo':>12} {'rel. error':>10}")
     for mu, sigma, b2 in settings:
-        exact = closed_forms(mu, sigma, args.b1, b2)
-        sim = monte_carlo(mu, sigma, args.b1, b2, args.chains, args.steps, args.seed)
+        exact = closed_forms(mu, sigma, args.beta1, b2)
+        sim = monte_carlo(mu, sigma, args.beta1, b2, args.chains, args.steps, args.seed)
         for key in exact:
             rel = abs(sim[key] - exact[key]) / abs(exact[key])
-            rows.append(dict(b1=args.b1, b2=b2, mu=mu, sigma=sigma, moment=key, closed_form=exact[key],
+            rows.append(dict(b1=args.beta1, b2=b2, mu=mu, sigma=sigma, moment=key, closed_form=exact[key],
                              monte_carlo=sim[key], rel_error=rel))
             print(f"{b2:5} {mu:4} {sigma:5} | {key:7} {exact[key]:12.5f} {sim[key]:12.5f} {rel:10.2%}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "moments.csv", "w", newline="") as f:
+    with open(out_file(args.out, ".csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    plot(rows, args.out / "moments.png")
-    print(f"max relative error {max(r['rel_error'] for r in rows):.2%}; wrote {args.out / 'moments.csv'} and moments.png")
+    plot(rows, out_file(args.out, ".png"))
+    print(f"max relative error {max(r['rel_error'] for r in rows):.2%}; wrote {out_file(args.out, '.csv')} and .png")
     return rows
 
 

@@ -28,7 +28,6 @@ OUT.png, and prints the measured R_emb, its fit, the table and the matched diffe
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -38,6 +37,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from scripts import out_file
 from scripts.sweep import final_val_loss
 
@@ -168,7 +168,7 @@ def plot(groups: dict[tuple[str, float], list[dict]], path: Path) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="train.py out_dirs")
     parser.add_argument("--noise", type=Path, nargs="+", required=True,
                         help="noise_scale.py's CSVs from AdamW runs on the same data (at several embedding lrs to fit R_emb's growth)")

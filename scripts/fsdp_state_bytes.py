@@ -14,7 +14,6 @@ statistics between ranks, cannot run there and is left out. Prints a table; --js
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from torch.distributed.tensor import DTensor
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 import data_parallel
 from model import GPT, SIZES, GPTConfig
 from model_llama import SIZES as LLAMA_SIZES
@@ -46,7 +46,7 @@ def local_state_bytes(optimizer) -> int:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="small", choices=list(SIZES) + list(LLAMA_SIZES) + ["tiny"])
     parser.add_argument("--optimizers", nargs="+", default=["adamw", "adams", "lion", "adam_mini"])
     parser.add_argument("--device", default="cpu")

@@ -66,6 +66,7 @@ import torch
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score, tinyzero_prompt
 
@@ -379,7 +380,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", nargs="?", help="a Hugging Face model directory with a tokenizer (export.py's output), or a Hub name")
     parser.add_argument("--preset", choices=PRESETS, default="cpu", help="the settings marked (preset) as a set (default: cpu)")
     parser.add_argument("--optimizer", default="adams", choices=COMPARED)

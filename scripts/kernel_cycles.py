@@ -19,7 +19,6 @@ prefetch hints (commit 17343ec) show.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import torch
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from optim import _cpu_fused
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def measure(modules: dict, dtype, n: int, rounds: int, calls_per_round: int) -> 
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", nargs="*", default=[], metavar="REV", help="git revisions to compare with this tree")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--elements", type=int, default=1 << 18, help="elements per tensor (keep p, g, m inside the cache)")

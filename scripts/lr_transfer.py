@@ -28,7 +28,6 @@ there is not measured).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -39,6 +38,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from scripts import out_file
 from scripts.sweep import final_val_loss
 
@@ -230,7 +230,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
     parser.add_argument("--noise", type=Path, help="noise_scale.py's CSV, to place each batch against B_noise")
     parser.add_argument("--matched-seeds", action="store_true",

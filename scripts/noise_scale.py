@@ -39,7 +39,6 @@ OUT_ratio.csv (predicted R at every --batch_tokens) and OUT.png, and prints a su
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import sys
@@ -51,6 +50,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import checkpoint
+import cli
 import dataset
 from model import LanguageModel, architecture
 from optim.registry import token_embeddings
@@ -286,7 +286,7 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="train.py out_dirs with checkpoints")
     parser.add_argument("--micro_batches", type=int, default=32, help="K: micro-batch gradients per checkpoint")
     parser.add_argument("--batch_tokens", type=int, nargs="+",

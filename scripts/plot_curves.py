@@ -16,7 +16,6 @@ which the loss curves, all close together, hide:
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -26,6 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from metrics import records
 from scripts import out_file
 
@@ -59,7 +59,7 @@ def line_styles(labels, keys: list[str] | None) -> dict[str, str]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="out_dirs holding metrics.jsonl and config.json")
     parser.add_argument("--group", nargs="+", help="config keys whose values group runs into one curve (e.g. optimizer)")
     parser.add_argument("--x", choices=["iter", "tokens"], default="iter")

@@ -17,7 +17,6 @@ Writes OUT.csv, OUT.md and OUT.png (loss against the AdamW-equivalent lr, a pane
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import statistics
@@ -27,6 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from scripts import out_file
 from scripts.plot_curves import load_run
 
@@ -144,7 +144,7 @@ def plot(curves: dict, rows: list[dict], steps: list[int], rbar: float, path: Pa
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="AdamW and AdamS run folders (train.py out_dirs)")
     parser.add_argument("--rbar", type=float, required=True, help="AdamS/AdamW step-length ratio (scripts/noise_scale.py)")
     parser.add_argument("--at", type=int, nargs="+", help="evaluation steps to compare at (default: the last shared)")

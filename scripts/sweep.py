@@ -24,7 +24,6 @@ earlier ones' table rather than replacing it, so a grid can be extended.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import itertools
 import json
@@ -41,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(REPO))
 
+import cli  # noqa: E402
 from metrics import records  # noqa: E402
 
 
@@ -105,7 +105,7 @@ def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", nargs="*", help="config files every run starts from")
     parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1337])

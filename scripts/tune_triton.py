@@ -12,7 +12,6 @@ measurement instead of a guess (results/gpu/tune_triton.json: one H200).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from model import SIZES
 from optim import _triton_fused
 from scripts.bench_optim import bench, copy_bandwidth
@@ -39,7 +39,7 @@ def settings(dtype: torch.dtype, block_bytes: list[int], elements: list[int]) ->
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["small"], choices=list(SIZES), help="GPT-2 sizes whose shapes to use")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
     parser.add_argument("--block-bytes", nargs="+", type=int, default=[4096, 8192, 16384, 32768])

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli
 from errors import UserError
 from model import GPT, GPTConfig
 from optim.adam_mini import block_mean, expand_blocks, partition
@@ -87,7 +88,7 @@ def get_lr(step: int, lr: float, warmup: int, decay_iters: int, min_lr: float) -
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", choices=RECIPES, default="cpu", help="the settings below, as a set (default: cpu)")
     parser.add_argument("--dataset")
     parser.add_argument("--data_dir", type=Path, default=REPO / "data")
@@ -103,7 +104,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help="linear warmup iterations")
     parser.add_argument("--decay_iters", type=int, help="cosine to min_lr over this many iterations; 0: constant lr")
     parser.add_argument("--min_lr", type=float)
-    parser.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.95))
+    parser.add_argument("--beta1", type=float, default=0.9)
+    parser.add_argument("--beta2", type=float, default=0.95)
     parser.add_argument("--eps", type=float, default=1e-8)
     parser.add_argument("--weight_decay", type=float, default=0.1)
     parser.add_argument("--device")
@@ -142,9 +144,9 @@ def main(argv=None):
                           n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, bias=False)).to(device)
     named = [(n, p) for n, p in model.named_parameters()]
     blocks = dict(zip([n for n, _ in named], partition(named, n_head=args.n_head)))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=tuple(args.betas), eps=args.eps,
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
                                   weight_decay=args.weight_decay)
-    b1, b2, eps = *args.betas, args.eps
+    b1, b2, eps = args.beta1, args.beta2, args.eps
     m = {n: torch.zeros_like(p) for n, p in named}  # the momentum all three share
     v = {n: torch.zeros_like(p) for n, p in named}  # AdamW's second moment
     v_mini = {n: torch.zeros(blocks[n].n_blocks if blocks[n].rule != "adam" else p.shape, device=device) for n, p in named}

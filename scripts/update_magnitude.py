@@ -16,7 +16,6 @@ from running the real optimizer (``optim.AdamS``) on one tensor, not from the fo
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import sys
@@ -27,7 +26,9 @@ import torch
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import cli  # noqa: E402
 from optim import AdamS  # noqa: E402
+from scripts import out_file  # noqa: E402
 
 
 def step_sizes(ratios: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor:
@@ -41,17 +42,16 @@ def step_sizes(ratios: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--beta1", type=float, default=0.9)
     parser.add_argument("--beta2", type=float, nargs="+", default=[0.9, 0.95, 0.99, 0.999])
     parser.add_argument("--points", type=int, default=2601)
-    parser.add_argument("--out", type=Path, default=Path("out"))
+    parser.add_argument("--out", type=Path, default=Path("out/update_magnitude"), help="file stem: OUT.csv and OUT.png")
     args = parser.parse_args(argv)
 
     ratios = torch.linspace(-13, 13, args.points, dtype=torch.float64)
     curves = {b2: step_sizes(ratios, args.beta1, b2) for b2 in args.beta2}
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "update_magnitude.csv", "w", newline="") as f:
+    with open(out_file(args.out, ".csv"), "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["ratio"] + [f"beta2={b2}" for b2 in args.beta2])
         for i, r in enumerate(ratios.tolist()):
@@ -73,9 +73,9 @@ def main(argv=None):
     ax.set_title(f"AdamS update magnitude, β1 = {args.beta1}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(args.out / "update_magnitude.png", dpi=130)
+    fig.savefig(out_file(args.out, ".png"), dpi=130)
     plt.close(fig)
-    print(f"wrote {args.out / 'update_magnitude.png'} and update_magnitude.csv")
+    print(f"wrote {out_file(args.out, '.png')} and .csv")
     return ratios, curves
 
 

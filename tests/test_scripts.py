@@ -42,13 +42,13 @@ def test_moments_closed_forms_match_the_papers_numbers():
 
 
 def test_moments_monte_carlo_agrees_with_closed_forms(tmp_path):
-    rows = denominator_moments.main(["--chains", "40000", "--steps", "200", "--b2", "0.9", "--out", str(tmp_path)])
+    rows = denominator_moments.main(["--chains", "40000", "--steps", "200", "--beta2", "0.9", "--out", str(tmp_path / "moments")])
     assert max(r["rel_error"] for r in rows) < 0.08  # sampling error at 40k chains
     assert (tmp_path / "moments.png").stat().st_size > 0 and (tmp_path / "moments.csv").exists()
 
 
 def test_update_magnitude_matches_the_formula_and_the_bound(tmp_path):
-    ratios, curves = update_magnitude.main(["--points", "261", "--out", str(tmp_path)])
+    ratios, curves = update_magnitude.main(["--points", "261", "--out", str(tmp_path / "update_magnitude")])
     for b2, curve in curves.items():
         for r, step in zip(ratios.tolist()[::20], curve.tolist()[::20]):
             assert step == pytest.approx(abs(0.9 + 0.1 * r) / math.sqrt(b2 + (1 - b2) * r * r), rel=1e-9)
@@ -300,7 +300,7 @@ def test_update_alignment_paper_recipe_is_section_4_1_as_the_authors_ran_it():
     assert (args.n_layer, args.n_head, args.n_embd, args.block_size) == (12, 12, 768, 1024)
     assert args.batch_size * args.accum == 480 and (args.batch_size, args.accum) == (12, 40)
     assert (args.lr, args.warmup, args.decay_iters, args.min_lr) == (6e-4, 2000, 600_000, 6e-5)
-    assert (tuple(args.betas), args.weight_decay, args.dataset, args.steps) == ((0.9, 0.95), 0.1, "openwebtext", 100_000)
+    assert ((args.beta1, args.beta2), args.weight_decay, args.dataset, args.steps) == ((0.9, 0.95), 0.1, "openwebtext", 100_000)
     assert update_alignment.parse_args(["--recipe", "paper", "--steps", "50"]).steps == 50  # the command line wins
     # the schedule: linear warmup, then the cosine; constant with decay_iters 0 (worked by hand)
     assert update_alignment.get_lr(1, 6e-4, 2000, 600_000, 6e-5) == pytest.approx(6e-4 / 2001)
@@ -317,6 +317,16 @@ def test_update_alignment_accumulates_micro_batches_as_one_step(data_dir, tmp_pa
                                    "--min_lr", "3e-4", "--out", str(tmp_path / "align")])
     assert grids["cos_adams"][:, 0] == pytest.approx(1.0, abs=1e-3)
     assert grids["norm_adams"][:, 0] == pytest.approx(20**0.5, rel=1e-2)
+
+
+def test_every_entry_point_takes_both_spellings_of_an_option_and_shows_defaults(capsys):
+    # cli.Parser: --block_size and --block-size are one option; --help gives each option's default
+    args = update_alignment.parse_args(["--block-size", "64", "--batch_size", "3"])
+    assert (args.block_size, args.batch_size) == (64, 3)
+    with pytest.raises(SystemExit):
+        denominator_moments.main(["--help"])
+    help_text = capsys.readouterr().out
+    assert "--beta1 BETA1  " in help_text and "(default: 0.9)" in help_text  # one spelling shown where there is one
 
 
 def test_bench_memory_state_bytes_on_cpu(tmp_path):

@@ -19,7 +19,6 @@ fraction becomes the validation split, as for OpenWebText.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import cli
 from data.text import load_local, random_split, write_splits
 
 HUB = "allenai/c4"
@@ -41,7 +41,7 @@ def hub_files(shards: int, val_shards: int) -> dict[str, list[str]]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokenizer", default="tiktoken:gpt2",
                         help="a sentencepiece .model file, a Hugging Face tokenizer folder, or tiktoken:NAME")
     parser.add_argument("--input", type=Path, nargs="+", help="local jsonl(.gz)/parquet/text files instead of the Hub")

@@ -12,7 +12,6 @@ From one seeded stream of distinct problems (data/countdown/task.py), disjoint s
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import cli
 from data.countdown.task import completion, generate, prompt
 from tokens import write_tokens
 
@@ -52,7 +52,7 @@ def prepare(out: Path, sft: int = 16_000, sft_val: int = 500, rl_train: int = 2_
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--sft", type=int, default=16_000, help="solved problems to warm up on")
     parser.add_argument("--rl-train", type=int, default=2_000, help="problems for GRPO")

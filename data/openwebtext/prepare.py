@@ -18,7 +18,6 @@ lines with a ``text`` field), or plain text (one document per file).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import cli
 from data.text import load_local, random_split, write_splits
 
 
@@ -36,7 +36,7 @@ def prepare(dataset, out_dir: Path, tokenizer="tiktoken:gpt2", test_size: float 
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", type=Path, nargs="+", help="local parquet/jsonl/text files instead of the Hub")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--tokenizer", default="tiktoken:gpt2",

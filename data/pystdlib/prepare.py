@@ -23,7 +23,6 @@ files differ in size):
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import sysconfig
@@ -36,6 +35,7 @@ from tqdm import tqdm
 if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import cli
 from tokens import TokenWriter
 
 VOCAB_SIZE = 256
@@ -97,7 +97,7 @@ def prepare(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
     parser.add_argument("--stdlib", type=Path, help="folder to read instead of this Python's standard library")
     parser.add_argument("--tokenizer", help="bytes if left out; tiktoken:gpt2 for GPT-2's BPE (see data/text.py)")

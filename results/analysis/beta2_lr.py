@@ -13,7 +13,6 @@ pure-noise limit, c = 1 − 2β1β2/(1 + β1) (scripts/noise_scale.py).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import csv
 import math
@@ -23,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import cli  # noqa: E402
 from scripts import out_file  # noqa: E402
 from scripts.noise_scale import denominator_constants, typical_ratio  # noqa: E402
 
@@ -47,7 +47,7 @@ def measured_rbar(folder: Path) -> dict[float, float]:
 
 
 def main(argv=None, root: Path = ROOT) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lr", default="results/beta2_lr", help="lr_transfer's --out (one AdamW grid, AdamS at several betas)")
     parser.add_argument("--rbar", default="results/analysis/noise_scale_beta2",
                         help="folder of beta2=B/noise_scale.csv, one per AdamS beta2, along one AdamW probe run")

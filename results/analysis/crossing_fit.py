@@ -39,7 +39,6 @@ figure as it is).
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -52,6 +51,7 @@ sys.path.insert(0, str(ROOT / "results" / "analysis"))
 
 import lr_ratio  # noqa: E402
 
+import cli  # noqa: E402
 from scripts import out_file  # noqa: E402
 
 MIN_TPP = 90  # tokens per parameter: the runs sized for 100 (99.5-100.2) and longer
@@ -167,7 +167,7 @@ def measured_bracket(runs: list[tuple[float, float]]) -> str:
 
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="out/crossing_fit", help="the figure, as OUT.png")
     parser.add_argument("--params", type=float, action="append", default=[],
                         help="also print the fit's run length to crossing 1 for a model of this many parameters")

@@ -47,7 +47,6 @@ the paper's β = (0.9, 0.95).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import csv
 import math
@@ -57,6 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import cli  # noqa: E402
 from scripts import out_file  # noqa: E402
 from scripts.noise_scale import typical_ratio  # noqa: E402
 
@@ -306,7 +306,7 @@ def label(s: dict) -> str:
 
 
 def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="out/lr_ratio", help="the figure, as OUT.png")
     parser.add_argument("--within", type=float, default=0.01,
                         help="nats: AdamW's loss this close to its best counts as level with it (default 0.01)")

@@ -21,7 +21,6 @@ it has a point within WITHIN of the best (medians and that count take a lower bo
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT / "results" / "analysis"))
 import lr_ratio  # noqa: E402
 import start_lr  # noqa: E402
 
+import cli  # noqa: E402
 from scripts import out_file  # noqa: E402
 
 WITHIN = 0.01  # nats: the level that bounds an optimum's width (the level start_lr.py counts as a scan's equal)
@@ -81,7 +81,7 @@ def narrower(a: dict, b: dict) -> bool | None:
 
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="out/lr_sensitivity", help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]

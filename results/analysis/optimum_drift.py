@@ -28,7 +28,6 @@ geometric mean per model, against tokens per parameter in OUT.png.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT / "results" / "analysis"))
 import lr_ratio  # noqa: E402
 import start_lr  # noqa: E402
 
+import cli  # noqa: E402
 from scripts import out_file  # noqa: E402
 
 OPTIMIZERS = ("AdamW", "AdamS")
@@ -85,7 +85,7 @@ def model_name(s: dict) -> str:
 
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="out/optimum_drift", help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]

@@ -12,7 +12,6 @@ each lr both ran, which is what the paper's "same hyperparameters" costs at that
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from pathlib import Path
@@ -21,6 +20,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's modules, however it is run
+
+import cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPORA = (("all training files", ROOT / "results/lr_transfer_tiny_points.csv", "-"),
@@ -43,7 +46,7 @@ def grid(path: Path, params: int, steps: int) -> dict[str, dict[float, tuple[flo
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", type=int, default=115008)
     parser.add_argument("--steps", type=int, default=5625)
     parser.add_argument("--out", type=Path, default=Path("out/repetition.png"))

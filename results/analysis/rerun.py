@@ -11,10 +11,14 @@ A run need not have finished: an interrupted one counts up to its last evaluatio
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's modules, however it is run
+
+import cli  # noqa: E402
 
 
 def evals(run: Path) -> dict[int, float]:
@@ -45,7 +49,7 @@ def compare(first: Path, rerun: Path, seeds: list[Path], start: int = 0) -> dict
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("first", type=Path)
     parser.add_argument("rerun", type=Path)
     parser.add_argument("--seeds", type=Path, nargs="+", default=[], help="the same point's runs on other seeds")

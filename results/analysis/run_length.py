@@ -14,7 +14,6 @@ Only finished runs count; a length with no finished pair at the lr is left out.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -29,6 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import cli  # noqa: E402
 from scripts.sweep import final_val_loss  # noqa: E402
 
 LENGTHS = [ROOT / f"results/runs/tiny/w128_{steps}" for steps in (20800, 41600, 83200)]
@@ -59,7 +59,7 @@ def pairs(root: Path, lr: str) -> list[dict]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lr", default="4e-3", help="the lr both optimizers ran, as the run folders spell it")
     parser.add_argument("--lengths", nargs="+", type=Path, default=LENGTHS,
                         help="one folder per run length, each holding adamw/ and adams/ sweeps")

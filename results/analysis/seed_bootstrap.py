@@ -20,7 +20,6 @@ than what a new seed can do: read it as a lower bound on the seeds' effect.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import itertools
 import random
@@ -37,6 +36,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import cli  # noqa: E402
 from scripts import lr_transfer, out_file  # noqa: E402
 
 EXHAUSTIVE_UP_TO = 100_000
@@ -77,7 +77,7 @@ def shared_seeds(runs: list[dict]) -> list[int]:
 
 
 def main(argv=None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="one setting's AdamW and AdamS run folders")
     parser.add_argument("--out", type=Path, default=Path("out/seed_bootstrap"))
     parser.add_argument("--seed", type=int, default=0, help="for the random draws, where there are too many to list")

@@ -13,11 +13,15 @@ model at 200 tokens per parameter) a scan gets two more seeds before it is read.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's modules, however it is run
+
+import cli  # noqa: E402
 
 NOISY = 0.03  # nats
 BEST = 3  # grid points
@@ -48,7 +52,7 @@ def read(table: Path) -> dict[tuple, list[tuple[float, float, int]]]:
 
 
 def main(argv=None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tables", nargs="+", type=Path, metavar="CSV", help="lr_transfer tables (OUT.csv)")
     args = parser.parse_args(argv)
     rows = []

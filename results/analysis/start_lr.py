@@ -21,7 +21,6 @@ draws the costs against tokens per parameter in OUT.png.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT / "results" / "analysis"))
 
 import lr_ratio  # noqa: E402
 
+import cli  # noqa: E402
 from scripts import out_file  # noqa: E402
 
 # (name, AdamS's lr from AdamW's best grid lr and R̄)
@@ -86,7 +86,7 @@ def band_name(lo: float, hi: float) -> str:
 
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="out/start_lr", help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]

@@ -20,7 +20,6 @@ the kind that results/ draws between two runs of one seed.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import sys
@@ -33,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import checkpoint  # noqa: E402
+import cli  # noqa: E402
 import dataset  # noqa: E402
 from scripts import out_file  # noqa: E402
 from scripts.noise_scale import load_checkpoint_model  # noqa: E402
@@ -113,7 +113,7 @@ def measure(path: Path, seeds: list[int], data_dir: str | None = None) -> list[d
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(description=__doc__)
     parser.add_argument("paths", nargs="+", type=Path, help="train.py run folders (their newest checkpoint) or checkpoint files")
     parser.add_argument("--seeds", default="1-20", help="the seeds whose validation windows to score (default 1-20)")
     parser.add_argument("--data_dir", default=None, help="where the dataset is, if not where the run trained")
