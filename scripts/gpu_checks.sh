@@ -23,12 +23,13 @@
 # The rbar stage trains AdamW at 6e-4 as the lr stage would (on LR_CORPUS, without LR_EXTRA), keeping a
 # checkpoint every 100 steps, then runs scripts/noise_scale.py on them: $OUT/rbar/ (R-bar per checkpoint).
 #
-# Each stage writes its JSON or log into $OUT (default results/gpu), named as the README cites them.
+# Each stage writes its JSON or log into $OUT (default out/gpu; OUT=results/gpu replaces the committed ones), named as
+# the README cites them.
 # The tests stage needs pytest and hypothesis; where the GPU machine lacks them, carry their wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-OUT=${OUT:-results/gpu}
+OUT=${OUT:-out/gpu}  # the committed figures ran with OUT=results/gpu: results/ is written only when asked
 # the lr stage's optimizer:lr points, seed 1 of the scan in results/gpu/README.md, the two optima first
 # LR_EXTRA: more sweep arguments (a later --set wins), LR_OUT: their runs' folder under out/ and tarball's name
 LR_EXTRA=${LR_EXTRA:-}

@@ -278,22 +278,31 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     optimizer = None if distributed else build_optimizer(optimizer_name, model.parameters(), lr, args.weight_decay)
     extra = dict(optimizer_cls_and_kwargs=optimizer_spec(optimizer_name, lr, args.weight_decay)) if distributed else {}
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, optimizers=(optimizer, None), callbacks=[TestReward()], **extra)
-    # everything is checked and loaded: only now does a run that is being replaced lose its log
+    # everything is checked and loaded: only now does the run take its folder (one writer at a time),
+    # and a run that is being replaced lose its log
+    import checkpoint
+    from errors import UserError
+
     out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "metrics.jsonl"
-    log_path.unlink(missing_ok=True)
-    (out / "run.json").unlink(missing_ok=True)
+    try:
+        lock = checkpoint.RunLock(out)
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
+    with lock:
+        trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=config, train_dataset=dataset,
+                              processing_class=tokenizer, optimizers=(optimizer, None), callbacks=[TestReward()], **extra)
+        log_path = out / "metrics.jsonl"
+        log_path.unlink(missing_ok=True)
+        (out / "run.json").unlink(missing_ok=True)
 
-    def log(kind: str, **record):
-        with open(log_path, "a") as f:
-            f.write(json.dumps(dict(kind=kind, **record)) + "\n")
+        def log(kind: str, **record):
+            with open(log_path, "a") as f:
+                f.write(json.dumps(dict(kind=kind, **record)) + "\n")
 
-    trainer.train()
-    (out / "run.json").write_text(json.dumps(dict(optimizer=optimizer_name, seed=seed, lr=lr, steps=steps,
-                                                  weight_decay=args.weight_decay, preset=args.preset, device=device,
-                                                  dtype=dtype, done=True)))
+        trainer.train()
+        (out / "run.json").write_text(json.dumps(dict(optimizer=optimizer_name, seed=seed, lr=lr, steps=steps,
+                                                      weight_decay=args.weight_decay, preset=args.preset, device=device,
+                                                      dtype=dtype, done=True)))
     return records
 
 

@@ -297,3 +297,16 @@ def test_grpo_refuses_a_model_it_cannot_use_in_one_line(case, tiny_policy, tmp_p
     with pytest.raises(SystemExit, match=expected):
         grpo.main([str(model), *args])
     assert not (tmp_path / "out").exists()  # nothing was written
+
+
+def test_grpo_refuses_a_folder_another_live_run_is_writing(tiny_policy, tmp_path):
+    import checkpoint
+    from scripts import grpo
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    with checkpoint.RunLock(out), pytest.raises(SystemExit, match="is in use by another run"):
+        grpo.main([str(tiny_policy / "hf"), "--steps", "1", "--prompts", "2", "--generations", "2",
+                   "--max-completion-length", "4", "--test-problems", "2", "--data", str(tiny_policy / "data"),
+                   "--out", str(out)])
+    assert sorted(p.name for p in out.iterdir()) == [checkpoint.LOCK]  # nothing written beside the holder's lock
