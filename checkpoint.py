@@ -429,23 +429,16 @@ def consolidate(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 
 
 def main(argv=None) -> int:
-    import sys
-
 
     parser = cli.Parser(prog="python -m checkpoint", description="Checkpoints of train.py runs.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    merge = sub.add_parser("consolidate", help="a sharded (fsdp=True) run's latest .dcp checkpoint -> one .pt file",
-                           description="Write a sharded run's latest checkpoint (.dcp) as one .pt file in a new run "
-                                       "folder, which train.py (--init_from=resume), sample.py and export.py read.")
+    merge = parser.add_subparsers(dest="command", required=True).add_parser(
+        "consolidate", help="a sharded (fsdp=True) run's latest .dcp checkpoint -> one .pt file",
+        description="Write a sharded run's latest checkpoint (.dcp) as one .pt file in a new run folder, which "
+                    "train.py (--init_from=resume), sample.py and export.py read.")
     merge.add_argument("src", type=Path, help="the out_dir of a run trained with fsdp=True")
     merge.add_argument("dst", type=Path, help="a new folder for the consolidated run")
     args = parser.parse_args(argv)
-    try:
-        print(f"wrote {consolidate(args.src, args.dst)}")
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run(lambda: print(f"wrote {consolidate(args.src, args.dst)}"))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -38,3 +40,16 @@ class Parser(argparse.ArgumentParser):
         if names and names[0].startswith("-"):
             kwargs.setdefault("help", "(default: %(default)s)")  # argparse shows a default only beside a help text
         return super().add_argument(*names, *others, **kwargs)
+
+
+def run(action: Callable[[], object]) -> int:
+    """0 once ``action()`` has run; a mistake the user can fix (errors.UserError) is one `error:` line on
+    stderr and 2, never a traceback."""
+    from errors import UserError
+
+    try:
+        action()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -217,13 +217,12 @@ def main(argv=None) -> int:
     parser.add_argument("hf_dir", help="the Hugging Face directory to write")
     parser.add_argument("--overwrite", action="store_true", help="replace hf_dir if it holds something")
     args = parser.parse_args(argv)
-    try:
+
+    def write():
         out = export(args.source, args.hf_dir, args.overwrite)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {out}: " + ", ".join(sorted(p.name for p in out.iterdir())))
-    return 0
+        print(f"wrote {out}: " + ", ".join(sorted(p.name for p in out.iterdir())))
+
+    return cli.run(write)
 
 
 if __name__ == "__main__":

@@ -126,15 +126,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        samples = sample(args)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for text in samples:
-        print(text)
-        print("---------------")
-    return 0
+
+    def show():
+        for text in sample(args):
+            print(text)
+            print("---------------")
+
+    return cli.run(show)
 
 
 if __name__ == "__main__":

@@ -137,32 +137,31 @@ def from_nanogpt(src: Path, dst: Path, vocab_size: int = 50257, chunk: int = 1 <
         return writer.count
 
 
-def main(argv=None) -> int:
-    import sys
+def convert(src: Path, dst: Path, vocab_size: int) -> None:
+    """nanoGPT's file ``src``, or the train.bin and val.bin of the folder ``src``, into ``dst``; every input
+    is checked before anything is written."""
+    pairs = [(src / n, dst / n) for n in ("train.bin", "val.bin")] if src.is_dir() else [(src, dst)]
+    for a, b in pairs:
+        if not a.is_file():
+            raise UserError(f"{a} does not exist; give a nanoGPT train.bin or val.bin, or the folder holding them")
+        if b.exists() and b.resolve() == a.resolve():
+            raise UserError(f"{b} is the file being converted; write the converted file elsewhere")
+    for a, b in pairs:
+        print(f"{a} -> {b}: {from_nanogpt(a, b, vocab_size):,} tokens")
 
+
+def main(argv=None) -> int:
 
     parser = cli.Parser(prog="python -m tokens", description="Token files: convert nanoGPT's into ours.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    convert = sub.add_parser("from-nanogpt", help="nanoGPT's headerless train.bin / val.bin -> this format",
-                             description="Convert nanoGPT's token files (headerless uint16) into this project's format. "
-                                         "SRC is a file, or a folder whose train.bin and val.bin are converted into DST.")
-    convert.add_argument("src", type=Path, help="a nanoGPT .bin file, or a folder with train.bin and val.bin")
-    convert.add_argument("dst", type=Path, help="the file to write, or (for a folder) the dataset folder to write")
-    convert.add_argument("--vocab-size", type=int, default=50257, help="the ids' vocabulary (default: GPT-2's 50257)")
+    convert_cmd = parser.add_subparsers(dest="command", required=True).add_parser(
+        "from-nanogpt", help="nanoGPT's headerless train.bin / val.bin -> this format",
+        description="Convert nanoGPT's token files (headerless uint16) into this project's format. SRC is a file, "
+                    "or a folder whose train.bin and val.bin are converted into DST.")
+    convert_cmd.add_argument("src", type=Path, help="a nanoGPT .bin file, or a folder with train.bin and val.bin")
+    convert_cmd.add_argument("dst", type=Path, help="the file to write, or (for a folder) the dataset folder to write")
+    convert_cmd.add_argument("--vocab_size", type=int, default=50257, help="the ids' vocabulary (GPT-2's)")
     args = parser.parse_args(argv)
-    try:
-        pairs = [(args.src / n, args.dst / n) for n in ("train.bin", "val.bin")] if args.src.is_dir() else [(args.src, args.dst)]
-        for src, dst in pairs:  # every input checked before anything is written
-            if not src.is_file():
-                raise UserError(f"{src} does not exist; give a nanoGPT train.bin or val.bin, or the folder holding them")
-            if dst.exists() and dst.resolve() == src.resolve():
-                raise UserError(f"{dst} is the file being converted; write the converted file elsewhere")
-        for src, dst in pairs:
-            print(f"{src} -> {dst}: {from_nanogpt(src, dst, args.vocab_size):,} tokens")
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run(lambda: convert(args.src, args.dst, args.vocab_size))
 
 
 if __name__ == "__main__":
