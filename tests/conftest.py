@@ -101,3 +101,16 @@ def per_optimizer(names, representatives=("adams", "adam_mini")):
 @pytest.fixture(scope="session")
 def seed_spread():
     return analysis_module("seed_spread")
+
+
+@pytest.fixture
+def offline_wandb(tmp_path, monkeypatch):
+    """wandb in offline mode, writing under tmp_path/wandb; its process-wide state is torn down after the test,
+    so that the next test's runs go to that test's folder, not to the first one's."""
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    wandb.teardown()
+    yield tmp_path / "wandb"
+    wandb.teardown()

@@ -180,14 +180,10 @@ def test_main_leaves_no_global_floating_point_state_behind(data_dir, tmp_path):
     assert torch.tensor(tiny, dtype=torch.float32).item() != 0.0, "flush-to-zero leaked out of train.main"
 
 
-def test_wandb_logging_works_offline(data_dir, tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
+def test_wandb_logging_works_offline(data_dir, tmp_path, offline_wandb):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=3, eval_interval=3, wandb_log=True, wandb_run_name="t")
     train.main(cfg)
-    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    runs = list(offline_wandb.glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb")), "wandb wrote no offline run"
 
 
