@@ -161,7 +161,7 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     model, autocast = data_parallel.parallelize(raw_model, raw_model.blocks, dist_, getattr(torch, dtype),
-                                              fsdp=cfg.fsdp, compile=cfg.compile)
+                                                fsdp=cfg.fsdp, compile=cfg.compile)
     optimizer = build_optimizer(cfg.optimizer, raw_model, implementation=cfg.implementation,
                                 embedding_lr_scale=cfg.embedding_lr_scale, **optimizer_kwargs(cfg, announce=main_rank))
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
