@@ -394,6 +394,23 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
     data_parallel.barrier()
 
 
+def lock_run(out_dir: str | os.PathLike, dist_: data_parallel.Dist):
+    """Rank 0 takes the run folder's lock (``RunLock``); every rank stops if another process holds it.
+    Returns a context manager that releases it (nothing to release on the other ranks)."""
+    from contextlib import nullcontext
+
+    held, refused = nullcontext(), ""
+    if dist_.is_main:
+        try:
+            held = RunLock(out_dir)
+        except UserError as e:
+            refused = str(e)
+    refused = data_parallel.all_gather_object(refused)[0]
+    if refused:
+        raise UserError(refused)
+    return held
+
+
 # --- a sharded run as one file --------------------------------------------------------------------------
 
 

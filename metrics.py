@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 from errors import UserError
 
 FILE = "metrics.jsonl"
+WANDB_ID = "wandb_id"  # in out_dir: the run's wandb id, so that a resumed run continues its own wandb run
 
 
 def records(path: str | os.PathLike) -> list[dict]:
@@ -90,3 +92,15 @@ def read(out_dir: str | os.PathLike) -> tuple[list[dict], list[dict]]:
         elif kind == "train":
             train.append(r)
     return train, evals
+
+
+def start_wandb(out_dir: str | os.PathLike, resuming: bool, project: str, name: str, config: dict):
+    """A wandb run for this training run: the one it started (its id kept in out_dir) when resuming."""
+    try:
+        import wandb
+    except ImportError:
+        raise UserError("wandb_log=True needs wandb: pip install wandb (or drop --wandb_log)") from None
+    path = Path(out_dir) / WANDB_ID
+    run_id = path.read_text().strip() if resuming and path.is_file() else secrets.token_hex(4)
+    path.write_text(run_id + "\n")
+    return wandb.init(project=project, name=name, config=config, id=run_id, resume="allow")

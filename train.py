@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -126,20 +125,6 @@ def resume_config(cfg: TrainConfig, resume: dict, explicit: set[str] | None, wor
     return cfg
 
 
-def lock_run(out_dir: Path, dist_: data_parallel.Dist) -> contextlib.AbstractContextManager:
-    """Rank 0 takes the run folder's lock; every rank stops if another process holds it."""
-    held, refused = contextlib.nullcontext(), ""
-    if dist_.is_main:
-        try:
-            held = checkpoint.RunLock(out_dir)
-        except UserError as e:
-            refused = str(e)
-    refused = data_parallel.all_gather_object(refused)[0]
-    if refused:
-        raise UserError(refused)
-    return held
-
-
 def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None, cleanup: contextlib.ExitStack) -> dict:
     device, out_dir, main_rank = dist_.device, Path(cfg.out_dir), dist_.is_main
     if not (cfg.init_from == "resume" or (cfg.init_from == "auto" and checkpoint.latest(out_dir) is not None)):
@@ -167,10 +152,11 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
     writes = not cfg.eval_only  # an evaluation changes nothing in out_dir
     if writes:  # every input is checked: only now does the run take its folder, and a fresh start clear an old run
-        cleanup.enter_context(lock_run(out_dir, dist_))
+        cleanup.enter_context(checkpoint.lock_run(out_dir, dist_))
         if resume is None:
             checkpoint.start_fresh(out_dir, dist_)
-    wandb_run = start_wandb(cfg, out_dir, resume is not None) if cfg.wandb_log and main_rank and writes else None
+    wandb_run = (metrics.start_wandb(out_dir, resume is not None, cfg.wandb_project, cfg.wandb_run_name,
+                                   configurator.as_dict(cfg)) if cfg.wandb_log and main_rank and writes else None)
     log = metrics.Log(out_dir, main_rank and writes, wandb_run=wandb_run)
     progress = checkpoint.Progress()
     if resume is not None:
@@ -336,22 +322,6 @@ def peak_flops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
-
-
-WANDB_ID = "wandb_id"  # in out_dir: the run's wandb id, so that a resumed run continues its own wandb run
-
-
-def start_wandb(cfg: TrainConfig, out_dir: Path, resuming: bool):
-    """A wandb run for this training run: the one it started (its id kept in out_dir) when resuming."""
-    try:
-        import wandb
-    except ImportError:
-        raise UserError("wandb_log=True needs wandb: pip install wandb (or drop --wandb_log)") from None
-    path = out_dir / WANDB_ID
-    run_id = path.read_text().strip() if resuming and path.is_file() else secrets.token_hex(4)
-    path.write_text(run_id + "\n")
-    return wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=configurator.as_dict(cfg),
-                      id=run_id, resume="allow")
 
 
 def sample(model: LanguageModel, device: torch.device, seed: int, vocab_size: int, length: int = 300) -> str:

@@ -162,9 +162,9 @@ def test_adam_mini_on_a_grouped_query_model_matches_the_official_package():
 def test_a_resumed_run_continues_its_wandb_run(data_dir, tmp_path, offline_wandb):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=2, eval_interval=2, wandb_log=True)
     train.main(cfg)
-    run_id = (tmp_path / "run" / train.WANDB_ID).read_text().strip()
+    run_id = (tmp_path / "run" / metrics.WANDB_ID).read_text().strip()
     train.cli(["--init_from=resume", f"--out_dir={cfg.out_dir}", "--max_iters=4", "--lr_decay_iters=20"])
-    assert (tmp_path / "run" / train.WANDB_ID).read_text().strip() == run_id
+    assert (tmp_path / "run" / metrics.WANDB_ID).read_text().strip() == run_id
     runs = sorted(offline_wandb.glob("offline-run-*"))
     assert len(runs) == 2 and all(r.name.endswith(run_id) for r in runs)  # two sessions of one wandb run
 
