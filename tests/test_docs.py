@@ -1,5 +1,6 @@
 """The README matches the code: every config key with its default, and every file it names."""
 
+import argparse
 import dataclasses
 import re
 from pathlib import Path
@@ -124,3 +125,69 @@ def test_results_readme_holds_the_seed_spread_table_of_the_law_tests(capsys, see
     results = (REPO / "results/README.md").read_text()
     assert f"_{{{depth.replace(' ', ',')}}}.csv" in results, "results/README.md's seed_spread command lists other scans than this test"
     assert table in results, "results/README.md's seed_spread table is stale: paste python results/analysis/seed_spread.py's table"
+
+
+# --- every command the README shows parses as written ------------------------------------------------------
+
+PLACEHOLDERS = {"<opt>": "adams", "<size>": "small", "<optimizer>": "adams"}
+
+
+def readme_commands() -> list[list[str]]:
+    """The python and torchrun commands of README.md's bash blocks and tables, as argument lists
+    (comments dropped, continuation lines joined, '&&' chains split, placeholders filled in)."""
+    import shlex
+
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+    tables = "\n".join(line for line in README.splitlines() if line.startswith("|"))  # whole commands, not mentions
+    lines += re.findall(r"`((?:python|torchrun) [^`]+)`", tables)
+    commands = []
+    for line in lines:
+        for part in line.split("#")[0].split("&&"):
+            words = shlex.split(part.strip())
+            for key, value in PLACEHOLDERS.items():
+                words = [w.replace(key, value) for w in words]
+            if words and words[0] in ("python", "torchrun") and any(w.endswith(".py") or w == "-m" for w in words):
+                commands.append(words)
+    return commands
+
+
+class Parsed(Exception):
+    pass
+
+
+def test_every_readme_command_parses_as_written(monkeypatch):
+    # each command's arguments go through its own parser (cli.Parser, or train.py's configurator), which
+    # stops it right after parsing: a renamed option or a config file that is not there fails here
+    import runpy
+    import sys
+
+    import cli
+    import configurator
+
+    def parsed(self, args=None, namespace=None):
+        namespace = argparse.ArgumentParser.parse_args(self, args, namespace)
+        raise Parsed
+
+    monkeypatch.setattr(cli.Parser, "parse_args", parsed)
+    commands = readme_commands()
+    assert len(commands) >= 25
+    checked = 0
+    for words in commands:
+        if words[0] == "torchrun":  # its own options first, then the script or module
+            words = ["python", *words[next(i for i, w in enumerate(words) if w.endswith(".py") or w == "-m"):]]
+        if words[1] == "-m" and words[2] in ("pytest", "torchtitan.train"):
+            continue  # not ours
+        target, args = (words[2], words[3:]) if words[1] == "-m" else (words[1], words[2:])
+        if target == "train.py":
+            configurator.load_explicit(args)
+            checked += 1
+            continue
+        monkeypatch.setattr(sys, "argv", [target, *args])
+        with pytest.raises(Parsed):
+            if target.endswith(".py"):
+                runpy.run_path(str(REPO / target), run_name="__main__")
+            else:
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+        checked += 1
+    assert checked >= 20
