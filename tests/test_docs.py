@@ -12,6 +12,12 @@ from configurator import TrainConfig
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 CONFIG_DOC = (REPO / "config" / "README.md").read_text()  # the table of every config key
+# the study's report and the files it links, where the pasted tables and commands live
+STUDY_DOCS = [REPO / "results" / "README.md", *sorted((REPO / "results" / "study").glob("*.md"))]
+
+
+def study_text() -> str:
+    return "\n".join(path.read_text() for path in STUDY_DOCS)
 
 
 def test_config_table_is_the_one_config_table_py_writes():
@@ -46,7 +52,7 @@ def test_files_the_readme_names_exist():
 
 
 def test_modules_the_docs_run_exist():
-    for doc in (README, *((REPO / "results" / name).read_text() for name in ("README.md", "depth.md", "llama.md", "gpu/README.md"))):
+    for doc in (README, study_text(), *((REPO / "results" / name).read_text() for name in ("depth.md", "llama.md", "gpu/README.md"))):
         for module in re.findall(r"-m ((?:scripts|data|tests)\.[\w.]+)", doc):
             if module == "data.x.prepare":  # the troubleshooting table's example of a missing dataset
                 continue
@@ -55,11 +61,11 @@ def test_modules_the_docs_run_exist():
 
 @pytest.mark.parametrize("doc", ["depth.md", "llama.md", "gpu/README.md"])
 def test_links_from_results_readme_name_the_sections_moved_out(doc):
-    # results/README.md lists each section it moved to results/<doc> as a link by GitHub's heading anchor
+    # the study (results/README.md and results/study/) lists each section of results/<doc> as a link by GitHub's anchor
     text = (REPO / "results" / doc).read_text()
     titles = re.findall(r"^##+ (.+)$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), flags=re.M)
     anchors = {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in titles}
-    links = re.findall(rf"\({re.escape(doc)}#([^)]+)\)", (REPO / "results" / "README.md").read_text())
+    links = re.findall(rf"\((?:\.\./)?{re.escape(doc)}#([^)]+)\)", study_text())
     assert sorted(links) == sorted(anchors), f"results/README.md's list of the sections in results/{doc} is out of date"
 
 
@@ -67,7 +73,7 @@ def test_results_readme_holds_the_lr_table_lr_ratio_prints(tmp_path, capsys, lr_
     # results/README.md's "Every lr scan at once" table is lr_ratio.py's output over the committed tables
     lr_ratio.main(["--out", str(tmp_path / "lr_ratio")])
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    results = (REPO / "results/README.md").read_text()
+    results = study_text()
     assert printed[0] in results, "results/README.md lacks lr_ratio's table header: run python results/analysis/lr_ratio.py"
     shown = results[results.index(printed[0]):].splitlines()[:len(printed)]
     assert shown == printed, "results/README.md's lr table is stale: paste python results/analysis/lr_ratio.py's table"
@@ -77,7 +83,7 @@ def test_results_readme_holds_the_tables_start_lr_prints(tmp_path, capsys, start
     # results/README.md's "Where to start AdamS from a tuned AdamW" tables are start_lr.py's output
     start_lr.main(["--out", str(tmp_path / "start_lr")])
     tables = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
-    results = (REPO / "results/README.md").read_text()
+    results = study_text()
     assert len(tables) == 3
     for table in tables:
         assert table in results, "results/README.md's start_lr tables are stale: paste python results/analysis/start_lr.py's tables"
@@ -87,7 +93,7 @@ def test_results_readme_holds_the_tables_lr_sensitivity_prints(tmp_path, capsys,
     # results/README.md's "How much a x2 miss costs" tables are lr_sensitivity.py's output
     lr_sensitivity.main(["--out", str(tmp_path / "lr_sensitivity")])
     tables = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
-    results = (REPO / "results/README.md").read_text()
+    results = study_text()
     assert len(tables) == 2
     for table in tables:
         assert table in results, "results/README.md's lr_sensitivity tables are stale: paste python results/analysis/lr_sensitivity.py's tables"
@@ -97,7 +103,7 @@ def test_results_readme_holds_the_tables_optimum_drift_prints(tmp_path, capsys, 
     # results/README.md's "How far each optimum moves with run length" tables and summaries are optimum_drift.py's output
     optimum_drift.main(["--out", str(tmp_path / "optimum_drift")])
     blocks = [block.strip() for block in capsys.readouterr().out.split("\n\n")]
-    results = (REPO / "results/README.md").read_text()
+    results = study_text()
     shown = [b for b in blocks if b.startswith("|") or b.startswith("AdamS's spread") or b.startswith("within ")]
     assert len(shown) == 4
     for block in shown:
@@ -107,7 +113,7 @@ def test_results_readme_holds_the_tables_optimum_drift_prints(tmp_path, capsys, 
 def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, crossing_fit):
     # results/README.md's "When AdamW's lr carries over" fit lines and tables are crossing_fit.py's output, for the
     # crossing and for the ratio of the optima
-    results = (REPO / "results/README.md").read_text()
+    results = study_text()
     for of in ("crossing", "ratio"):
         crossing_fit.main(["--out", str(tmp_path / of), "--of", of, "--params", "820352", "--params", "124e6"])
         blocks = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith(("|", "log2 "))]
@@ -122,7 +128,7 @@ def test_results_readme_holds_the_seed_spread_table_of_the_law_tests(capsys, see
     tables = ["results/lr_transfer_law_0.8m.csv", *(f"results/lr_transfer_depth_{d}.csv" for d in depth.split())]
     seed_spread.main([str(REPO / t) for t in tables])
     (table,) = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
-    results = (REPO / "results/README.md").read_text()
+    results = study_text()
     assert f"_{{{depth.replace(' ', ',')}}}.csv" in results, "results/README.md's seed_spread command lists other scans than this test"
     assert table in results, "results/README.md's seed_spread table is stale: paste python results/analysis/seed_spread.py's table"
 
