@@ -166,7 +166,7 @@ def test_a_resumed_run_continues_its_wandb_run(data_dir, tmp_path, offline_wandb
     train.cli(["--init_from=resume", f"--out_dir={cfg.out_dir}", "--max_iters=4", "--lr_decay_iters=20"])
     assert (tmp_path / "run" / metrics.WANDB_ID).read_text().strip() == run_id
     runs = sorted(offline_wandb.glob("offline-run-*"))
-    assert len(runs) == 2 and all(r.name.endswith(run_id) for r in runs)  # two sessions of one wandb run
+    assert len(runs) == 2 and all(run_id in r.name for r in runs)  # two sessions of one wandb run (a -1 if in one second)
 
 
 def test_redirected_output_gets_plain_log_lines_not_progress_bars(data_dir, tmp_path):
