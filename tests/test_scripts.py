@@ -706,6 +706,13 @@ def test_start_lr_costs_each_start_against_adams_best_grid_point(tmp_path, capsy
     # against AdamW at its best (2.03 on the seeds' means, AdamS's best 2.115): each cost + 0.085
     assert "| below 50 | 1 | +4.085 | +1.085 | +0.085 | +0.085 | +0.085 | +0.085 |" in out
     assert (tmp_path / "start.png").stat().st_size > 0
+    # the counts redrawn from the seeds' standard errors: costs of 1 and 4 nats never fall within 0.01, and with
+    # every point's seeds removed (one seed: no noise to redraw) each count is what was read
+    assert "- below 50: AdamW's lr 0-0; ½ of it 0-0;" in out
+    one_seed = [dict(s, spreads=tuple({lr: (sd, 1) for lr, (sd, _) in sp.items()} for sp in s["spreads"])) for s in rows]
+    bands = [("below 50", one_seed)]
+    assert "- below 50: AdamW's lr 0-0; ½ of it 0-0; ¼ of it 1-1; AdamW's / R̄ 1-1" in start_lr.resampled(
+        one_seed, bands, [n for n, _ in start_lr.STARTS + start_lr.SCANS3], draws=50)
 
 
 def test_lr_sensitivity_reads_each_miss_and_the_optimums_width(tmp_path, capsys, lr_sensitivity):

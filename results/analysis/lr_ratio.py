@@ -247,6 +247,16 @@ def grid_curves(path: Path) -> dict[tuple, list[tuple[float, float]]]:
     return curves
 
 
+def grid_spreads(path: Path) -> dict[tuple, dict[float, tuple[float, int]]]:
+    """The seeds behind grid_curves' means: the same keys -> {lr: (standard deviation over seeds, seeds)}."""
+    spreads: dict[tuple, dict] = {}
+    with open(path.with_name(path.stem + "_points.csv")) as f:
+        for p in csv.DictReader(f):
+            key = p["params"], p["batch_tokens"], p["steps"], p["optimizer"], betas_of(p)
+            spreads.setdefault(key, {})[float(p["lr"])] = (float(p["std"] or 0), int(p["n"]))
+    return spreads
+
+
 def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[dict]:
     rbars = measured_rbar(root, rbar)
     out, seen = [], set()
@@ -259,7 +269,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
         if rows and not {"params", "batch_tokens", "steps"} <= rows[0].keys():
             raise SystemExit(f"{table} is not a table scripts/lr_transfer.py wrote (no params, batch_tokens and steps "
                              "columns); pass the OUT.csv of an lr_transfer run")
-        curves = grid_curves(path)
+        curves, spreads = grid_curves(path), grid_spreads(path)
         references = [r for r in rows if number(r.get("adamw_best_lr")) and betas_of(r) == REFERENCE_BETAS]
         for r in rows:
             if not number(r.get("adams_best_lr")):
@@ -290,6 +300,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
                 edge=low_edge(adamw_curve, within) / optimum(adamw, "adamw"),
                 same_lr=at_adamw_best(adamw_curve, adams_curve),
                 curves=(adamw_curve, adams_curve),  # each grid's (lr, mean loss), for start_lr.py
+                spreads=(spreads[(*setting, "adamw", REFERENCE_BETAS)], spreads[(*setting, "adams", betas)]),
                 optima=(optimum(adamw, "adamw"), optimum(r, "adams")),  # each one's best lr, for optimum_drift.py
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))

@@ -112,6 +112,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
             got = [s["costs"][n] for s in here if math.isfinite(s["costs"][n])]
             parts.append(f"{max(got):.3f} ({sum(v <= WITHIN for v in got)} of {len(got)})" if got else "—")
         print(f"| {band} | {len(here)} | {' | '.join(parts)} |")
+    print(resampled(rows, bands, names))
     # the same starts against the AdamW the user tuned: the cost above plus AdamS's best minus AdamW's best
     print("\nAdamS at each start minus AdamW at its best grid lr, lowest to highest (below 0: AdamS ahead of the tuned AdamW):\n")
     print(f"| tokens per parameter | settings | {' | '.join(names)} |")
@@ -124,6 +125,34 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
         print(f"| {band} | {len(here)} | {' | '.join(parts)} |")
     plot(rows, out_file(root / args.out, ".png"))
     return rows
+
+
+def resampled(rows: list[dict], bands, names, draws: int = 2000, seed: int = 0) -> str:
+    """How far seed noise moves the counts of starts within WITHIN of AdamS's best: every grid mean of both
+    optimizers redrawn from a normal with its seeds' standard error (none for a one-seed point), the
+    starts read again, and each count's 5th-95th percentile over ``draws`` draws."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    counts = {(band, n): [] for band, _ in bands for n in names}
+    for _ in range(draws):
+        costs = {}
+        for s in rows:
+            curves = []
+            for curve, spread in zip(s["curves"], s["spreads"]):
+                curves.append([(lr, mean + (rng.normal(0, spread[lr][0] / spread[lr][1] ** 0.5) if spread[lr][1] > 1 else 0))
+                               for lr, mean in curve])
+            costs[id(s)] = start_costs(*curves, s["rbar"])
+        for band, here in bands:
+            for n in names:
+                got = [costs[id(s)][n] for s in here if math.isfinite(costs[id(s)][n])]
+                counts[(band, n)].append(sum(v <= WITHIN for v in got))
+    lines = [f"The counts within {WITHIN:g} above, with each grid mean redrawn from its seeds' standard error "
+             f"({draws:,} draws; 5th-95th percentile):"]
+    for band, _ in bands:
+        parts = [f"{n} {int(np.percentile(counts[(band, n)], 5))}-{int(np.percentile(counts[(band, n)], 95))}" for n in names]
+        lines.append(f"- {band}: " + "; ".join(parts))
+    return "\n" + "\n".join(lines)
 
 
 def plot(rows: list[dict], path: Path) -> None:
