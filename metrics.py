@@ -31,10 +31,12 @@ FILE = "metrics.jsonl"
 WANDB_ID = "wandb_id"  # in out_dir: the run's wandb id, so that a resumed run continues its own wandb run
 
 
-def records(path: str | os.PathLike) -> list[dict]:
+def records(path) -> list[dict]:
     """The JSON objects of a metrics.jsonl, one a line; a last line cut short by a crash is left out
-    (a bad line anywhere else is corruption, and an error naming the file)."""
-    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    (a bad line anywhere else is corruption, and an error naming the file). ``path`` is a file's path,
+    or anything with ``read_text`` (a run inside a packed scan: scripts/pack.py)."""
+    text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
+    lines = [line for line in text.splitlines() if line.strip()]
     out = []
     for i, line in enumerate(lines):
         try:
@@ -82,10 +84,12 @@ class Log:
             self.wandb_run.finish()
 
 
-def read(out_dir: str | os.PathLike) -> tuple[list[dict], list[dict]]:
-    """(train lines, eval lines) of a run's metrics.jsonl, old runs' included."""
+def read(out_dir) -> tuple[list[dict], list[dict]]:
+    """(train lines, eval lines) of a run's metrics.jsonl, old runs' included; ``out_dir`` may be a
+    folder inside a packed scan (scripts/pack.py)."""
     train, evals = [], []
-    for r in records(Path(out_dir) / FILE):
+    folder = out_dir if hasattr(out_dir, "joinpath") else Path(out_dir)
+    for r in records(folder / FILE):
         kind = r.get("kind", "eval" if "val_loss" in r else "train")
         if kind == "eval":
             evals.append(r)

@@ -38,7 +38,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
-from scripts import out_file
+from scripts import out_file, pack
 from scripts.sweep import final_val_loss
 
 TIED = "transformer.wte.weight"
@@ -79,7 +79,7 @@ def effective_lr(eta: float, k: float, p: float) -> float:
 
 def measured_lrs(ratios: dict[str, float], dirs: list[Path]) -> list[tuple[float, float]]:
     """(embedding lr, R_emb) per measured run, its lr read from the config.json of the run of that name."""
-    roots = dict.fromkeys(d.resolve().parent.parent for d in dirs)
+    roots = {str(r): r for r in (d.parent.parent if isinstance(d, pack.Packed) else d.resolve().parent.parent for d in dirs)}.values()
     points = []
     for run, r in ratios.items():
         found = [root / run / "config.json" for root in roots if (root / run / "config.json").exists()]
@@ -169,11 +169,12 @@ def plot(groups: dict[tuple[str, float], list[dict]], path: Path) -> None:
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="train.py out_dirs")
+    parser.add_argument("runs", nargs="+", help="train.py out_dirs (packed scans' too)")
     parser.add_argument("--noise", type=Path, nargs="+", required=True,
                         help="noise_scale.py's CSVs from AdamW runs on the same data (at several embedding lrs to fit R_emb's growth)")
     parser.add_argument("--out", type=Path, default=Path("out/embedding_lr"))
     args = parser.parse_args(argv)
+    args.runs = pack.expand(args.runs)
     ratios = {run: r for path in args.noise for run, r in embedding_ratios(path).items()}
     if len(ratios) == 1:
         k, p = next(iter(ratios.values())), 0.0

@@ -69,6 +69,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 import cli
 from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score, tinyzero_prompt
+from scripts import pack
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "countdown"
@@ -426,7 +427,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--adams-lr", type=float, metavar="LR",
                         help="with --compare: AdamS at this lr of its own too (runs adams_lr=LR_seed=S), in the figure")
-    parser.add_argument("--table", type=Path, nargs="+", metavar="RUN",
+    parser.add_argument("--table", nargs="+", metavar="RUN",
                         help="print a markdown table of finished runs (start, best and final test reward) and stop")
     args = parser.parse_args(argv)
     for key, value in PRESETS[args.preset].items():
@@ -445,7 +446,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None):
     args = parse_args(argv)
     if args.table:
-        rows = [table_row(run) for run in args.table if finished(run)]
+        rows = [table_row(run) for run in pack.expand(args.table) if finished(run)]
         print(markdown(rows))
         return rows
     if args.model is None:
@@ -460,6 +461,7 @@ def main(argv=None):
                           args.max_completion_length, template=args.template)
         print(json.dumps(result))
         return result
+    pack.refuse_packed(args.out)
     if not args.compare:
         return run(args, args.optimizer, args.seed, args.out)
     compared = [(name, name, None) for name in COMPARED]  # (label, optimizer, lr)

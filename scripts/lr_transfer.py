@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
-from scripts import out_file
+from scripts import out_file, pack
 from scripts.sweep import final_val_loss
 
 OPTIMIZERS = ("adamw", "adams")
@@ -231,14 +231,14 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
+    parser.add_argument("runs", nargs="+", help="run folders (each with config.json and metrics.jsonl), packed scans' included")
     parser.add_argument("--noise", type=Path, help="noise_scale.py's CSV, to place each batch against B_noise")
     parser.add_argument("--matched-seeds", action="store_true",
                         help="in each grid, use only the seeds that every one of its lr points has")
     parser.add_argument("--out", type=Path, default=Path("out/lr_transfer"))
     args = parser.parse_args(argv)
 
-    runs = read_runs([d for d in args.runs if d.is_dir()])
+    runs = read_runs([d for d in pack.expand(args.runs) if d.is_dir()])
     if not runs:
         raise SystemExit("none of the given folders holds a finished run (config.json + metrics.jsonl up to max_iters)")
     if args.matched_seeds:

@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 
 import cli
 from metrics import records
-from scripts import out_file
+from scripts import out_file, pack
 
 
 def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
@@ -60,7 +60,7 @@ def line_styles(labels, keys: list[str] | None) -> dict[str, str]:
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="out_dirs holding metrics.jsonl and config.json")
+    parser.add_argument("runs", nargs="+", help="out_dirs holding metrics.jsonl and config.json (packed scans' too)")
     parser.add_argument("--group", nargs="+", help="config keys whose values group runs into one curve (e.g. optimizer)")
     parser.add_argument("--x", choices=["iter", "tokens"], default="iter")
     parser.add_argument("--out", type=Path, default=Path("out/curves"), help="output path without extension")
@@ -70,7 +70,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     groups: dict[str, list[list[dict]]] = {}
-    for run in args.runs:
+    for run in pack.expand(args.runs):
         if not (run / "metrics.jsonl").exists():
             raise SystemExit(f"{run} has no metrics.jsonl; pass a run's out_dir")
         config, evals = load_run(run)

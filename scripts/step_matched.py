@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
-from scripts import out_file
+from scripts import out_file, pack
 from scripts.plot_curves import load_run
 
 # the settings that shape training (other than the optimizer, its lr and the seed): they must agree
@@ -145,14 +145,14 @@ def plot(curves: dict, rows: list[dict], steps: list[int], rbar: float, path: Pa
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="AdamW and AdamS run folders (train.py out_dirs)")
+    parser.add_argument("runs", nargs="+", help="AdamW and AdamS run folders (train.py out_dirs; packed scans' too)")
     parser.add_argument("--rbar", type=float, required=True, help="AdamS/AdamW step-length ratio (scripts/noise_scale.py)")
     parser.add_argument("--at", type=int, nargs="+", help="evaluation steps to compare at (default: the last shared)")
     parser.add_argument("--out", type=Path, default=Path("out/step_matched"))
     args = parser.parse_args(argv)
     if not args.rbar > 0:
         raise SystemExit(f"--rbar must be a positive ratio, got {args.rbar}; scripts/noise_scale.py prints it")
-    curves = loss_curves(args.runs)
+    curves = loss_curves(pack.expand(args.runs))
     for opt in ("adamw", "adams"):
         if not any(o == opt for o, _ in curves):
             raise SystemExit(f"no {opt} run among the given folders; pass both optimizers' runs")

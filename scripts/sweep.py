@@ -6,7 +6,7 @@
 
     # locally, 3 seeds per point, two runs at a time
     python -m scripts.sweep config/repro/cpu_adams.py --grid beta1=0.9,0.95 --grid beta2=0.95,0.999 \\
-        --seeds 1 2 3 --jobs 2 --out results/runs/beta_sweep
+        --seeds 1 2 3 --jobs 2 --out out/beta_sweep_cpu
 
 A grid key may be any config key, or ``config`` to vary whole config files
 (``--grid config=config/a.py,config/b.py``). A ``--set`` value may be a multiple of a grid key,
@@ -20,6 +20,10 @@ diverged (train.py stopped it on non-finite steps) counts as inf and is not reru
 folder to run it again. A run that failed otherwise is reported, and the sweep exits non-zero.
 A sweep into a folder that an earlier sweep over the same grid keys wrote adds its points to the
 earlier ones' table rather than replacing it, so a grid can be extended.
+
+A finished scan is committed packed, one archive per scan (``python -m scripts.pack results/runs/NAME``
+makes results/runs/NAME.zip): ``--summarize`` reads a packed scan and prints its table, writing
+nothing; a sweep refuses to run into one (unpack it, run, pack it again).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import itertools
 import json
 import math
 import os
+import posixpath
 import re
 import statistics
 import subprocess
@@ -42,6 +47,8 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 
 import cli  # noqa: E402
 from metrics import records  # noqa: E402
+from scripts import pack  # noqa: E402
+from scripts.pack import refuse_packed  # noqa: E402
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -139,10 +146,17 @@ def main(argv=None):
         return
 
     if args.summarize:
-        if not args.out.is_dir():
+        source = pack.resolve(args.out)
+        if not source.is_dir():
             raise SystemExit(f"error: --out {args.out} does not exist, so there is nothing to summarize; "
                              "pass the folder a sweep wrote its runs to")
+        if isinstance(source, pack.Packed):  # a packed scan is read, never rewritten
+            print(f"{args.out} is packed in {source.root.filename}: its summary is printed, not written (for the files: "
+                  f"python -m scripts.pack --unpack {source.root.filename} --out DIR, then --summarize --out "
+                  f"{posixpath.join('DIR', source.at).rstrip('/')})")
+            return summarize([(p, s, source / d.name) for p, s, d in runs], list(grid), source, write=False)
         return summarize(runs, list(grid), args.out)
+    refuse_packed(args.out)
 
     todo = [(p, s, d) for p, s, d in runs if not final_val_loss(d)[1]]
     print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run, {args.jobs} at a time")
@@ -179,7 +193,7 @@ def recorded_runs(runs, keys: list[str], out: Path) -> list:
     path = out / "runs.csv"
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
+    with path.open(newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames != [*keys, "seed", "val_loss", "finished"]:
             return []  # another grid's table: this sweep's replaces it
@@ -194,9 +208,10 @@ def recorded_runs(runs, keys: list[str], out: Path) -> list:
     return earlier
 
 
-def summarize(runs, keys: list[str], out: Path) -> list[dict]:
+def summarize(runs, keys: list[str], out: Path, write: bool = True) -> list[dict]:
     """Tabulate the runs, and those an earlier sweep into ``out`` recorded, in grid order; a point's
-    mean ± std is over its finished seeds (inf if one diverged)."""
+    mean ± std is over its finished seeds (inf if one diverged). Writes runs.csv, summary.csv,
+    summary.md and (for two grid keys) summary.png into ``out`` unless ``write`` is False."""
     runs = sorted(recorded_runs(runs, keys, out) + list(runs),
                   key=lambda run: ([_sort_key(run[0][k]) for k in keys], run[1]))
     rows, by_point = [], {}
@@ -205,11 +220,12 @@ def summarize(runs, keys: list[str], out: Path) -> list[dict]:
         value = loss if done and loss is not None and math.isfinite(loss) else math.inf
         rows.append(dict(point, seed=seed, val_loss=value, finished=done))
         by_point.setdefault(tuple(point.items()), []).append((value, done))
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "runs.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*keys, "seed", "val_loss", "finished"])
-        writer.writeheader()
-        writer.writerows(rows)
+    if write:
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "runs.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[*keys, "seed", "val_loss", "finished"])
+            writer.writeheader()
+            writer.writerows(rows)
     summary = []
     for point, runs_here in by_point.items():
         values = [v for v, done in runs_here if done]
@@ -217,10 +233,11 @@ def summarize(runs, keys: list[str], out: Path) -> list[dict]:
         std = statistics.stdev(values) if len(values) > 1 and math.isfinite(mean) else 0.0
         summary.append(dict(point, mean=mean, std=std, n=len(values), seeds=len(runs_here),
                             finished=len(values) == len(runs_here)))
-    with open(out / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*keys, "mean", "std", "n", "seeds", "finished"])
-        writer.writeheader()
-        writer.writerows(summary)
+    if write:
+        with open(out / "summary.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[*keys, "mean", "std", "n", "seeds", "finished"])
+            writer.writeheader()
+            writer.writerows(summary)
     lines = ["| " + " | ".join(keys + ["final val loss (mean ± std)", "seeds"]) + " |", "|" + " --- |" * (len(keys) + 2)]
     for s in summary:
         if not s["n"]:
@@ -229,10 +246,11 @@ def summarize(runs, keys: list[str], out: Path) -> list[dict]:
             cell = f"{s['mean']:.4f} ± {s['std']:.4f}" if math.isfinite(s["mean"]) else "diverged"
             cell += "" if s["finished"] else f" ({s['n']} of {s['seeds']} seeds so far)"
         lines.append("| " + " | ".join([str(s[k]) for k in keys] + [cell, str(s["seeds"])]) + " |")
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    if len(keys) == 2:
-        heatmap(summary, keys, out / "summary.png")
+    if write:
+        (out / "summary.md").write_text("\n".join(lines) + "\n")
+        if len(keys) == 2:
+            heatmap(summary, keys, out / "summary.png")
     return summary
 
 

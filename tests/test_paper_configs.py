@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import configurator
+from scripts import pack
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,7 +107,7 @@ def test_every_config_file_is_in_the_table_or_a_cpu_reproduction():
 def test_repro_configs_still_give_the_committed_runs(optimizer):
     # results/runs/optimizers holds the runs these files made (sweep.py added seed and out_dir):
     # every setting must be what it was then, or the commands in results/README.md reproduce nothing
-    run = REPO / "results" / "runs" / "optimizers" / f"config=cpu_{optimizer}_seed=1"
+    run = pack.resolve(REPO / "results" / "runs" / "optimizers" / f"config=cpu_{optimizer}_seed=1")  # in optimizers.zip
     then = json.loads((run / "config.json").read_text())["config"]
     now = configurator.as_dict(configurator.load([str(REPO / "config" / "repro" / f"cpu_{optimizer}.py"),
                                                   "--seed=1", f"--out_dir={then['out_dir']}", "--init_from=auto"]))

@@ -19,10 +19,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's modules, however it is run
 
 import cli  # noqa: E402
+from scripts import pack  # noqa: E402
 
 
 def evals(run: Path) -> dict[int, float]:
     """{iteration: validation loss} of a run's evaluations."""
+    run = pack.resolve(run)  # a run inside a packed scan reads as its folder
     if not (run / "metrics.jsonl").is_file():
         raise SystemExit(f"'{run}' has no metrics.jsonl; pass a run folder as train.py leaves it")
     rows = (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in line)

@@ -29,9 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402
+from scripts import pack  # noqa: E402
 from scripts.sweep import final_val_loss  # noqa: E402
 
-LENGTHS = [ROOT / f"results/runs/tiny/w128_{steps}" for steps in (20800, 41600, 83200)]
+LENGTHS = [pack.resolve(ROOT / f"results/runs/tiny/w128_{steps}") for steps in (20800, 41600, 83200)]  # packed in tiny.zip
 
 
 def evals(run: Path) -> dict[int, float]:
@@ -43,7 +44,7 @@ def evals(run: Path) -> dict[int, float]:
 def pairs(root: Path, lr: str) -> list[dict]:
     """The finished AdamS/AdamW pairs at ``lr`` (as the run folders spell it) under one length's folder."""
     out = []
-    for adams in sorted((root / "adams").glob(f"learning_rate={lr}_seed=*")):
+    for adams in pack.expand([f"{root}/adams/learning_rate={lr}_seed=*"]):
         adamw = root / "adamw" / adams.name
         if not (final_val_loss(adams)[1] and final_val_loss(adamw)[1]):
             continue

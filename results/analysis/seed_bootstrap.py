@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402
-from scripts import lr_transfer, out_file  # noqa: E402
+from scripts import lr_transfer, out_file, pack  # noqa: E402
 
 EXHAUSTIVE_UP_TO = 100_000
 RANDOM_DRAWS = 20_000
@@ -78,12 +78,12 @@ def shared_seeds(runs: list[dict]) -> list[int]:
 
 def main(argv=None) -> list[dict]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="one setting's AdamW and AdamS run folders")
+    parser.add_argument("runs", nargs="+", help="one setting's AdamW and AdamS run folders (packed scans' too)")
     parser.add_argument("--out", type=Path, default=Path("out/seed_bootstrap"))
     parser.add_argument("--seed", type=int, default=0, help="for the random draws, where there are too many to list")
     args = parser.parse_args(argv)
 
-    runs = [r for r in lr_transfer.read_runs(args.runs) if r["optimizer"] in lr_transfer.OPTIMIZERS]
+    runs = [r for r in lr_transfer.read_runs(pack.expand(args.runs)) if r["optimizer"] in lr_transfer.OPTIMIZERS]
     if not runs:
         raise SystemExit("no finished AdamW or AdamS runs among the folders given; check the paths")
     seeds = shared_seeds(runs)
