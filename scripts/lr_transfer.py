@@ -1,6 +1,6 @@
 """Does AdamW's learning rate carry over to AdamS? Best learning rates by batch size and run length, from finished runs.
 
-    python -m scripts.lr_transfer results/runs/lr_batch/*/*/ --out results/lr_transfer
+    python -m scripts.lr_transfer results/runs/lr_batch/*/*/ --out results/lr_transfer/lr_transfer
     python -m scripts.lr_transfer RUNS... --noise results/analysis/noise_scale.csv     # adds B / B_noise
     python -m scripts.lr_transfer RUNS... --matched-seeds   # each grid on the seeds all its points share
 

@@ -125,7 +125,7 @@ def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, c
 def test_results_readme_holds_the_seed_spread_table_of_the_law_tests(capsys, seed_spread):
     # results/README.md's "Were the misses seed noise?" table is seed_spread.py's output over the tests' scans
     depth = "4l_100 4l_200 4l 4l_800 4l_1600 6l_100 6l_200 6l_400 6l_800 8l_200 8l 8l_800 16l_100 16l_200 16l_400 4l_w32_100 4l_w32_200 4l_w32_400 6l_w32_100"
-    tables = ["results/lr_transfer_law_0.8m.csv", *(f"results/lr_transfer_depth_{d}.csv" for d in depth.split())]
+    tables = ["results/lr_transfer/lr_transfer_law_0.8m.csv", *(f"results/lr_transfer/lr_transfer_depth_{d}.csv" for d in depth.split())]
     seed_spread.main([str(REPO / t) for t in tables])
     (table,) = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
     results = study_text()

@@ -4,7 +4,7 @@
     python results/analysis/crossing_fit.py --params 2e6      # also: the fit's run length for a model of that size
     python results/analysis/crossing_fit.py --tables results/analysis/crossing_seeds/seed1.csv   # one seed's crossings
     python results/analysis/crossing_fit.py --of ratio --out results/analysis/ratio_fit   # AdamS's best lr ÷ AdamW's instead
-    python results/analysis/crossing_fit.py --check results/lr_transfer_law_0.8m.csv --out results/analysis/law_check   # a setting outside the fit
+    python results/analysis/crossing_fit.py --check results/lr_transfer/lr_transfer_law_0.8m.csv --out results/analysis/law_check   # a setting outside the fit
 
 The crossing (lr_ratio.py) is the highest lr at which AdamS ended at or below AdamW at the same lr,
 over AdamW's fitted best lr: below it the paper's "same hyperparameters" cost AdamS nothing, and at

@@ -3,8 +3,8 @@
     python results/analysis/repetition.py    # -> results/analysis/repetition.png
 
 Reads two of scripts/lr_transfer.py's OUT_points.csv tables for the same model, batch and steps:
-the full byte corpus (results/lr_transfer_tiny_points.csv) and a quarter of its training files
-(results/lr_transfer_q4_points.csv: ``python -m data.pystdlib.prepare --train-every 4``, so the same
+the full byte corpus (results/lr_transfer/lr_transfer_tiny_points.csv) and a quarter of its training files
+(results/lr_transfer/lr_transfer_q4_points.csv: ``python -m data.pystdlib.prepare --train-every 4``, so the same
 steps pass over the training text about 3.5x as often; the validation files are the same). Left:
 final validation loss against peak lr, both optimizers, both corpora, at the lrs both corpora ran. Right: AdamS minus AdamW at
 each lr both ran, which is what the paper's "same hyperparameters" costs at that lr.
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's
 import cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPORA = (("all training files", ROOT / "results/lr_transfer_tiny_points.csv", "-"),
-           ("a quarter of them", ROOT / "results/lr_transfer_q4_points.csv", "--"))
+CORPORA = (("all training files", ROOT / "results/lr_transfer/lr_transfer_tiny_points.csv", "-"),
+           ("a quarter of them", ROOT / "results/lr_transfer/lr_transfer_q4_points.csv", "--"))
 COLORS = {"adamw": "tab:blue", "adams": "tab:orange"}
 
 

@@ -1,6 +1,6 @@
 """How far the seeds spread near each optimizer's best lr, in each lr scan: is the scan's reading noise?
 
-    python results/analysis/seed_spread.py results/lr_transfer_depth_*[0-9l].csv
+    python results/analysis/seed_spread.py results/lr_transfer/lr_transfer_depth_*[0-9l].csv
 
 An lr scan is read off each grid point's mean final loss over seeds. Where the seeds differ by more
 than neighbouring grid points do, which point is best, and with it the ratio and the crossing, is
