@@ -183,6 +183,10 @@ def main(argv=None):
     failed = [d for (_, _, d), code in zip(todo, codes) if code != 0 and not final_val_loss(d)[1]]
     if failed:
         raise SystemExit(f"error: {len(failed)} of {len(todo)} runs failed; the last lines of {failed[0] / 'train.log'} say why")
+    committed = REPO / "results" / "runs"
+    if committed in args.out.resolve().parents:  # results/ keeps each finished scan as one archive
+        scan = committed / args.out.resolve().relative_to(committed).parts[0]
+        print(f"once every sweep of this scan has finished, commit it packed: python -m scripts.pack {scan.relative_to(REPO)}")
     return summary
 
 

@@ -68,6 +68,18 @@ def sweep_out(data_dir, tmp_path_factory):
     return out, args
 
 
+def test_a_sweep_into_the_committed_runs_says_how_to_pack_its_scan(sweep_out, tmp_path, monkeypatch, capsys):
+    out, args = sweep_out  # finished: sweeping it again only tabulates
+    at = args.index("--out")
+    sweep.main(args[:at] + args[at + 2:] + ["--out", str(out)])
+    assert "scripts.pack" not in capsys.readouterr().out  # a sweep outside results/runs: nothing to say
+    part = tmp_path / "repo" / "results" / "runs" / "toy" / "part"
+    shutil.copytree(out, part)
+    monkeypatch.setattr(sweep, "REPO", tmp_path / "repo")
+    sweep.main(args[:at] + args[at + 2:] + ["--out", str(part)])
+    assert "commit it packed: python -m scripts.pack results/runs/toy" in capsys.readouterr().out
+
+
 def test_sweep_runs_every_point_and_seed_and_tabulates(sweep_out):
     out, _ = sweep_out
     with open(out / "runs.csv") as f:
