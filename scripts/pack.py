@@ -66,13 +66,16 @@ class Packed(zipfile.Path):
         raise TypeError(f"{self} is inside {self.root.filename}; read it with .open() or .read_text(), not open()")
 
 
-_archives: dict[str, Packed] = {}
+_archives: dict[tuple, Packed] = {}
 
 
 def _root(archive: Path) -> Packed:
-    key = str(archive)
+    """The archive's root, opened once; keyed by the file itself (not its name), so an archive that was
+    re-packed, or the same relative name seen from another folder, is opened afresh."""
+    stat = os.stat(archive)
+    key = (str(archive), os.path.realpath(archive), stat.st_ino, stat.st_mtime_ns, stat.st_size)
     if key not in _archives:
-        _archives[key] = Packed(zipfile.ZipFile(key))
+        _archives[key] = Packed(zipfile.ZipFile(str(archive)))
     return _archives[key]
 
 

@@ -186,3 +186,16 @@ def test_committed_scans_are_packed_and_their_archives_read():
                                                             ".log", ".txt")) for n in names), archive
     # the issue asked for "a few hundred" files once the logs are packed (4,478 before, 578 after)
     assert sum(1 for p in (REPO / "results").rglob("*") if p.is_file()) <= 600
+
+
+def test_a_repacked_archive_or_another_folders_archive_of_the_same_name_is_read_afresh(tmp_path, monkeypatch):
+    for folder, content in (("a", "one"), ("b", "two")):  # one relative name, two folders
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        with zipfile.ZipFile("scan.zip", "w") as zf:
+            zf.writestr("run/metrics.jsonl", content)
+        assert pack.resolve("scan/run/metrics.jsonl").read_text() == content
+    Path("scan.zip").unlink()
+    with zipfile.ZipFile("scan.zip", "w") as zf:  # the same path, re-packed with more in it
+        zf.writestr("run/metrics.jsonl", "three, longer")
+    assert pack.resolve("scan/run/metrics.jsonl").read_text() == "three, longer"
