@@ -314,7 +314,7 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_p
         start = "a quarter" if tokens_per_param < 200 else "half" if tokens_per_param >= 400 else "a quarter to half"
         print(f"note: at this length AdamS's lr is best started at {start} of an AdamW lr tuned at this length (without "
               "one, at AdamS's best on a shorter run of this model), then scanned x2 either way, and on while an end "
-              "point is best (README.md, 'Picking AdamS's learning rate')")
+              "point is best (README.md, 'AdamS in your own code')")
 
 
 def peak_flops(device: torch.device) -> float | None:

@@ -6,7 +6,7 @@ project, ``pip install -e .``, installs it too); the repository's own scripts im
     from adams_optim import AdamS     # (from optim import AdamS, inside this repository)
     optimizer = AdamS(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95), weight_decay=0.1)
     # a quarter of a tuned AdamW lr, for a run under ~200 tokens per parameter; from ~400 on, half of
-    # it; then a x2 scan both ways: the README's "Picking AdamS's learning rate"
+    # it; then a x2 scan both ways (adams-gpt's README, "AdamS in your own code")
 """
 
 from __future__ import annotations

@@ -62,21 +62,13 @@ class AdamS(MomentumOnlyOptimizer):
 
     AdamS replaces Adam's second-moment EMA with a normaliser built from the momentum it keeps
     anyway, so its state is one tensor the size of the parameter (``exp_avg``), the footprint of
-    SGD with momentum and half of AdamW's. The paper uses AdamW's hyperparameters unchanged; in
-    our measurements (results/README.md) its steps were ~4x longer than AdamW's at the same
-    learning rate at every batch size tried, and its best lr a tenth to two fifths of AdamW's
-    best in 48 of 63 scans (0.41-0.82x in the rest: the longest runs of the 10K, 115K, 427K and 0.82M
-    models and 4- and 8-layer ones of 17K, 29K and 58K, a 6-layer one of 23K at 209 tokens per
-    parameter, a 16-layer one of 54K at 400, and a small Llama at larger batches):
-    ``python -m scripts.noise_scale`` on a short AdamW run estimates the factor for your model.
-    Under ~200 tokens per parameter start at a quarter of a tuned AdamW lr; from ~400 on at half of
-    it (within 0.01 nats of AdamS's best in fourteen of nineteen such scans, the best of a quarter,
-    half and AdamW's lr in eighteen); scan x2 both ways, AdamW's lr itself among the checks: it
-    carried over only on long runs, the longer the smaller the model (the README's "Picking AdamS's
-    learning rate"; ``results/analysis/crossing_fit.py``). AdamS's own best lr moved less with run
-    length than AdamW's, so without an AdamW tuned at your run's length, AdamS's best lr on a short
-    run of the same model is a better start than a fraction of a short run's AdamW lr
-    (``results/analysis/optimum_drift.py``).
+    SGD with momentum and half of AdamW's.
+
+    Learning rate: the paper runs AdamS at AdamW's hyperparameters. In the adams-gpt project's
+    scans (models of 10K-7.2M parameters on a CPU and GPT-2 Small on one GPU; its README's "AdamS
+    in your own code" and results/lr_advice.md) AdamS's steps were about 4x longer than AdamW's at
+    the same lr, and its best lr was lower: start at a quarter of a tuned AdamW lr on runs of up to
+    about 200 tokens per parameter and at half of it from about 400 on, then scan x2 both ways.
 
     At step t = 1, 2, … with bc = 1 − β1^t (``bias_correction=True``) or bc = 1 (``False``),
     and m the momentum before this step:
@@ -95,8 +87,7 @@ class AdamS(MomentumOnlyOptimizer):
     Stability: β2 close to 1 destabilises AdamS. The denominator then leans on the old momentum
     and reacts slowly to a gradient outlier (the paper's Figure 3); in its β sweep on GPT-2 Small,
     (β1, β2) = (0.95, 0.999) ended at validation loss 3.46 against 2.89 at (0.95, 0.98). AdamW's
-    LLM default, 0.95, is the safe choice; 0.99 did better in our short CPU runs (at 3.2M
-    parameters it matched AdamW where 0.95 ended 0.07 behind; results/README.md).
+    LLM default, 0.95, is the safe choice.
 
     Step size: with ``bias_correction=False``, no weight decay and ε ≥ 0, every coordinate moves
     by at most lr·√(β1²/β2 + (1−β1)²/(1−β2)) (≈ 1.026·lr at (0.9, 0.95)), by Cauchy–Schwarz,
@@ -112,9 +103,9 @@ class AdamS(MomentumOnlyOptimizer):
         weight_decay: decoupled weight decay λ (AdamW-style, multiplied by lr).
         bias_correction: divide the momentum by 1 − β1^t (see above).
         foreach: use ``torch._foreach_*`` ops (default unless fused or ``foreach=False``).
-        fused: one pass over memory: on CUDA one Triton kernel launch for all tensors
-            (optim/_triton_fused.py), on CPU a C++ kernel built at first use (optim/_cpu_fused.py);
-            ``torch.compile`` of the same update where neither is available.
+        fused: one pass over memory: on CUDA one Triton kernel launch for all tensors, on CPU
+            a C++ kernel built at first use (with ninja); ``torch.compile`` of the same update
+            where neither is available.
     """
 
     update = staticmethod(adams_update)

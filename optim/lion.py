@@ -61,9 +61,9 @@ class Lion(MomentumOnlyOptimizer):
         betas: (β1, β2): interpolation for the update direction, and the momentum's EMA.
         weight_decay: decoupled weight decay λ (multiplied by lr).
         foreach: use ``torch._foreach_*`` ops (default unless fused or ``foreach=False``).
-        fused: one pass over memory: on CUDA one Triton kernel launch for all tensors
-            (optim/_triton_fused.py), on CPU a C++ kernel built at first use (optim/_cpu_fused.py);
-            ``torch.compile`` of the same update where neither is available.
+        fused: one pass over memory: on CUDA one Triton kernel launch for all tensors, on CPU
+            a C++ kernel built at first use (with ninja); ``torch.compile`` of the same update
+            where neither is available.
     """
 
     update = staticmethod(lion_update)

@@ -20,7 +20,7 @@ has the paper's Llama 2 runs built this way.
 
 Adam-mini is not offered here: its blocks are attention heads and whole rows, which under FSDP2
 are split across ranks; the ``adam-mini`` package handles that case itself. torchtitan is an
-optional dependency (it pins ``datasets<4.8``; see README "Train Llama 2 with torchtitan").
+optional dependency (it pins ``datasets<4.8``; see the project README, "Train Llama 2").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements the README's "On one GPU" section reports (issue #16), in stages, each meant to
+# The GPU measurements results/gpu/README.md reports (issues #16 and #117), in stages, each meant to
 # fit one 10-minute call on a lent GPU machine. Run from the repository root, with a Python that has
 # torch and Triton (no install needed: the scripts import the repo's modules from its root):
 #

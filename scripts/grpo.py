@@ -47,7 +47,7 @@ before the first, the policy answers the test problems greedily; the mean reward
 A run writes OUT/metrics.jsonl (kind 'eval': step, test_reward, test_accuracy; kind 'train':
 TRL's logs). ``--compare`` runs 3 optimizers x the seeds (skipping finished runs; ``--adams-lr``
 adds AdamS at a learning rate of its own) and writes OUT/summary.csv and OUT/summary.png: the
-mean test reward by step, mean ± std over seeds. results/README.md ("GRPO on Countdown") has the
+mean test reward by step, mean ± std over seeds. results/study/llama_and_grpo.md ("GRPO on Countdown") has the
 runs behind the committed figure: at this scale AdamS does not take AdamW's learning rate.
 """
 

@@ -27,7 +27,7 @@ keeps; each one is a point along the run). At each checkpoint's weights:
    tensor but the token embedding and the output head ('body'), and over those two ('embedding').
    R̄, the ratio the lr rule divides by, is the body's: with GPT-2's 50K vocabulary the embedding
    holds most of a small model's weights and steps far less long under AdamS than the blocks do,
-   while AdamS's best lr followed the blocks (results/README.md, "GPT-2's vocabulary").
+   while AdamS's best lr followed the blocks (results/study/vocabulary.md, "GPT-2's vocabulary").
    ``--adams_beta2 B`` gives AdamS another β2 than the run's in both ratios (AdamW's moments stay
    the run's, and the momentum, which depends on β1 only, is the same): the step-length ratio, and
    so the lr rule, for AdamS run at that β2.
@@ -329,14 +329,14 @@ def main(argv=None):
         print(f"{run}: R̄ = {ratio:.2f}: AdamS's steps outside the token embeddings are {ratio:.2f}x AdamW's "
               f"(geometric mean over {n} checkpoints; {whole[run][0]:.2f}x over the whole model), so AdamS's peak lr "
               f"is about AdamW's best lr / {ratio:.2f} (from this run's lr {lr:g}: {lr / ratio:.2g}); scan x2 either "
-              f"side, lower first (results/README.md, 'R̄ at both widths': this ratio barely moves with the run's lr)")
+              f"side, lower first (results/study/batch_and_noise.md, 'R̄ at both widths': this ratio barely moves with the run's lr)")
         if run in embedding:
             emb = embedding[run][0]
             verdict = ("within 10% of R̄, so at AdamW's lr / R̄ it keeps pace with the body" if abs(math.log(ratio / emb)) < math.log(1.1)
                        else f"so at AdamW's lr / R̄ AdamS {'under' if ratio > emb else 'over'}-trains it")
             print(f"{run}: the token embedding's own ratio is {emb:.2f}, {verdict}; "
                   f"give AdamS an embedding_lr_scale R̄ / {emb:.2f} = {ratio / emb:.2g}x the one AdamW uses "
-                  f"(results/README.md, 'GPT-2's vocabulary')")
+                  f"(results/study/vocabulary.md, 'GPT-2's vocabulary')")
     plot(rows, ratio_rows, out_file(args.out, ".png"))
     print(f"wrote {out_file(args.out, '.csv')}, {args.out.name}_ratio.csv and {out_file(args.out, '.png')}")
     return rows, ratio_rows

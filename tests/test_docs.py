@@ -59,6 +59,67 @@ def test_modules_the_docs_run_exist():
             assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module
 
 
+# a cited section: a Markdown file's name (or a link to it, or the bare word README), then the section's
+# title in quotes, after a comma, a space, an opening parenthesis or "section"
+SECTION_CITATION = re.compile(
+    r"(?P<file>(?:[\w.-]+/)*[\w-]+\.md|\bREADME\b)`?(?:\]\((?P<link>[\w./-]+\.md)\))?"
+    r"(?:, |,? \(| )(?:its |whose )?(?:section )?"
+    r"(?:\"(?P<d>[^\"\n]{3,120})\"|“(?P<c>[^”\n]{3,120})”|'(?P<s>(?:[^'\n]|'(?=[a-z]))+)'(?![a-z]))")
+
+
+def headings(path: Path) -> list[str]:
+    return [re.sub(r"^\d+\.\s*", "", line.lstrip("#").strip()) for line in path.read_text().splitlines()
+            if line.startswith("#")]
+
+
+def test_every_cited_section_is_where_the_citation_says():
+    # code and docs point users at sections by title ("results/study/vocabulary.md, 'GPT-2's vocabulary'");
+    # when a section moves, every pointer to it must move too
+    files = [p for p in REPO.rglob("*") if p.suffix in (".py", ".md", ".sh") and p.is_file()
+             and not {".git", ".venv", "out", "runs"} & set(p.relative_to(REPO).parts) and "egg-info" not in str(p)]
+    assert len(files) > 100
+    missing = []
+    for path in files:
+        text = path.read_text()
+        for m in SECTION_CITATION.finditer(text):
+            title = (m["d"] or m["c"] or m["s"]).strip()
+            if m["file"] == "README":  # bare "README": the front page
+                target = REPO / "README.md"
+            else:
+                name = m["link"] or m["file"]
+                target = next((c for c in (path.parent / name, REPO / name) if c.is_file()), None)
+            where = f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
+            if target is None:
+                missing.append(f"{where}: cites {m['file']}, which does not exist")
+            elif not any(h.startswith(title) for h in headings(target)):
+                missing.append(f"{where}: {target.resolve().relative_to(REPO)} has no section {title!r}")
+    assert not missing, "section pointers that lead nowhere:\n" + "\n".join(missing)
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    # [text](path#anchor) in any tracked Markdown file: the path exists (packed runs are linked as their .zip) and
+    # the anchor is one of its headings, as GitHub spells them
+    def anchors(path: Path) -> set[str]:
+        text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+        return {re.sub(r"[^\w\- ]", "", t.lower()).replace(" ", "-") for t in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+    docs = [p for p in REPO.rglob("*.md") if not {".git", ".venv", "out"} & set(p.relative_to(REPO).parts)]
+    broken = []
+    for doc in docs:
+        text = doc.read_text()
+        for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+            if m[1].startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = m[1].partition("#")
+            target = doc.parent / path if path else doc
+            where = f"{doc.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}: {m[1]}"
+            if not target.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and target.suffix == ".md" and anchor not in anchors(target):
+                broken.append(f"{where} (no such heading)")
+    assert not broken, "links that lead nowhere:\n" + "\n".join(broken)
+
+
 @pytest.mark.parametrize("doc", ["depth.md", "llama.md", "gpu/README.md"])
 def test_links_from_results_readme_name_the_sections_moved_out(doc):
     # the study (results/README.md and results/study/) lists each section of results/<doc> as a link by GitHub's anchor
@@ -70,48 +131,48 @@ def test_links_from_results_readme_name_the_sections_moved_out(doc):
 
 
 def test_results_readme_holds_the_lr_table_lr_ratio_prints(tmp_path, capsys, lr_ratio):
-    # results/README.md's "Every lr scan at once" table is lr_ratio.py's output over the committed tables
+    # results/study/every_scan.md's "Every lr scan at once" table is lr_ratio.py's output over the committed tables
     lr_ratio.main(["--out", str(tmp_path / "lr_ratio")])
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
     results = study_text()
-    assert printed[0] in results, "results/README.md lacks lr_ratio's table header: run python results/analysis/lr_ratio.py"
+    assert printed[0] in results, "results/study/every_scan.md lacks lr_ratio's table header: run python results/analysis/lr_ratio.py"
     shown = results[results.index(printed[0]):].splitlines()[:len(printed)]
-    assert shown == printed, "results/README.md's lr table is stale: paste python results/analysis/lr_ratio.py's table"
+    assert shown == printed, "results/study/every_scan.md's lr table is stale: paste python results/analysis/lr_ratio.py's table"
 
 
 def test_results_readme_holds_the_tables_start_lr_prints(tmp_path, capsys, start_lr):
-    # results/README.md's "Where to start AdamS from a tuned AdamW" tables are start_lr.py's output
+    # results/study/every_scan.md's "Where to start AdamS from a tuned AdamW" tables are start_lr.py's output
     start_lr.main(["--out", str(tmp_path / "start_lr")])
     tables = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
     results = study_text()
     assert len(tables) == 3
     for table in tables:
-        assert table in results, "results/README.md's start_lr tables are stale: paste python results/analysis/start_lr.py's tables"
+        assert table in results, "results/study/every_scan.md's start_lr tables are stale: paste python results/analysis/start_lr.py's tables"
 
 
 def test_results_readme_holds_the_tables_lr_sensitivity_prints(tmp_path, capsys, lr_sensitivity):
-    # results/README.md's "How much a x2 miss costs" tables are lr_sensitivity.py's output
+    # results/study/every_scan.md's "How much a ×2 miss costs" tables are lr_sensitivity.py's output
     lr_sensitivity.main(["--out", str(tmp_path / "lr_sensitivity")])
     tables = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
     results = study_text()
     assert len(tables) == 2
     for table in tables:
-        assert table in results, "results/README.md's lr_sensitivity tables are stale: paste python results/analysis/lr_sensitivity.py's tables"
+        assert table in results, "results/study/every_scan.md's lr_sensitivity tables are stale: paste python results/analysis/lr_sensitivity.py's tables"
 
 
 def test_results_readme_holds_the_tables_optimum_drift_prints(tmp_path, capsys, optimum_drift):
-    # results/README.md's "How far each optimum moves with run length" tables and summaries are optimum_drift.py's output
+    # results/study/every_scan.md's "How far each optimum moves with run length" tables and summaries are optimum_drift.py's output
     optimum_drift.main(["--out", str(tmp_path / "optimum_drift")])
     blocks = [block.strip() for block in capsys.readouterr().out.split("\n\n")]
     results = study_text()
     shown = [b for b in blocks if b.startswith("|") or b.startswith("AdamS's spread") or b.startswith("within ")]
     assert len(shown) == 4
     for block in shown:
-        assert block in results, "results/README.md's optimum_drift table is stale: paste python results/analysis/optimum_drift.py's output"
+        assert block in results, "results/study/every_scan.md's optimum_drift table is stale: paste python results/analysis/optimum_drift.py's output"
 
 
 def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, crossing_fit):
-    # results/README.md's "When AdamW's lr carries over" fit lines and tables are crossing_fit.py's output, for the
+    # results/study/run_length_and_size.md's "When AdamW's lr carries over" fit lines and tables are crossing_fit.py's output, for the
     # crossing and for the ratio of the optima
     results = study_text()
     for of in ("crossing", "ratio"):
@@ -119,18 +180,18 @@ def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, c
         blocks = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith(("|", "log2 "))]
         assert len(blocks) == 3
         for block in blocks:
-            assert block in results, f"results/README.md's crossing_fit --of {of} tables are stale: paste its output"
+            assert block in results, f"results/study/run_length_and_size.md's crossing_fit --of {of} tables are stale: paste its output"
 
 
 def test_results_readme_holds_the_seed_spread_table_of_the_law_tests(capsys, seed_spread):
-    # results/README.md's "Were the misses seed noise?" table is seed_spread.py's output over the tests' scans
+    # results/study/summary.md's "Were the misses seed noise?" table is seed_spread.py's output over the tests' scans
     depth = "4l_100 4l_200 4l 4l_800 4l_1600 6l_100 6l_200 6l_400 6l_800 8l_200 8l 8l_800 16l_100 16l_200 16l_400 4l_w32_100 4l_w32_200 4l_w32_400 6l_w32_100"
     tables = ["results/lr_transfer/lr_transfer_law_0.8m.csv", *(f"results/lr_transfer/lr_transfer_depth_{d}.csv" for d in depth.split())]
     seed_spread.main([str(REPO / t) for t in tables])
     (table,) = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
     results = study_text()
-    assert f"_{{{depth.replace(' ', ',')}}}.csv" in results, "results/README.md's seed_spread command lists other scans than this test"
-    assert table in results, "results/README.md's seed_spread table is stale: paste python results/analysis/seed_spread.py's table"
+    assert f"_{{{depth.replace(' ', ',')}}}.csv" in results, "results/study/summary.md's seed_spread command lists other scans than this test"
+    assert table in results, "results/study/summary.md's seed_spread table is stale: paste python results/analysis/seed_spread.py's table"
 
 
 # --- every command the README shows parses as written ------------------------------------------------------

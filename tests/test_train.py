@@ -224,4 +224,4 @@ def test_the_run_is_described_in_tokens_per_parameter(optimizer, max_iters, star
     notes = [line for line in out.splitlines() if line.startswith("note: at this length AdamS's lr")]
     assert notes == ([f"note: at this length AdamS's lr is best started at {start} of an AdamW lr tuned at this length "
                       "(without one, at AdamS's best on a shorter run of this model), then scanned x2 either way, and on "
-                      "while an end point is best (README.md, 'Picking AdamS's learning rate')"] if start else [])
+                      "while an end point is best (README.md, 'AdamS in your own code')"] if start else [])

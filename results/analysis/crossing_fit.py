@@ -23,7 +23,7 @@ gives the run length at which AdamW's lr reaches AdamW's optimum,
     tokens per parameter* = 2 ** (-(a + c·log2(parameters)) / b).
 
 Below MIN_TPP the crossing stopped falling (0.18-0.46× of AdamW's best from 0.2 to 25 tokens per
-parameter on every model; results/README.md, "How far AdamW's lr carries over"), so the fit is not
+parameter on every model; results/study/every_scan.md, "How far AdamW's lr carries over"), so the fit is not
 meant for short runs, nor, beyond the widths it saw, for other sizes: --params prints its answer for
 any size, marked as an extrapolation outside 10K-427K.
 

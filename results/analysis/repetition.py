@@ -34,7 +34,7 @@ COLORS = {"adamw": "tab:blue", "adams": "tab:orange"}
 def grid(path: Path, params: int, steps: int) -> dict[str, dict[float, tuple[float, float]]]:
     """{optimizer: {lr: (mean, std)}} for one setting of an lr_transfer points table."""
     if not path.exists():
-        sys.exit(f"{path} is missing; make it with the lr_transfer command in results/README.md, 'Repeating the data'")
+        sys.exit(f"{path} is missing; make it with the lr_transfer command in results/study/run_length_and_size.md, 'Repeating the data'")
     out: dict[str, dict[float, tuple[float, float]]] = {}
     with open(path) as f:
         for r in csv.DictReader(f):

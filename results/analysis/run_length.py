@@ -69,7 +69,7 @@ def main(argv=None):
     found = [p for root in args.lengths for p in pairs(root, args.lr)]
     if not found:
         sys.exit(f"no finished AdamS/AdamW pair at learning_rate={args.lr} under {', '.join(map(str, args.lengths))}; "
-                 "run the sweeps in results/README.md, 'Width 128 at 400 tokens per parameter'")
+                 "run the sweeps in results/study/run_length_and_size.md, 'Width 128 at 400 tokens per parameter'")
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     lengths = sorted({p["tokens_per_param"] for p in found})
     colors = dict(zip(lengths, plt.cm.viridis([0.1 + 0.8 * i / max(len(lengths) - 1, 1) for i in range(len(lengths))])))
