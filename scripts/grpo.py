@@ -27,15 +27,16 @@ TinyZero's entropy bonus (0.001) has no TRL counterpart. On CUDA the policy trai
 autocast with fp32 weights and optimizer state, with gradient checkpointing, and vLLM generates
 (colocated, 40% of the GPU, TinyZero's share) where it is installed. An 8B policy with AdamW's
 fp32 state needs about 128 GB before activations: more than one GPU holds (the paper ran it on
-veRL's FSDP over several); under ``accelerate launch`` the trainer builds the optimizer after
-wrapping the model (``optimizer_cls_and_kwargs``), so TRL's FSDP or DeepSpeed settings shard it.
+veRL's FSDP over several); under ``accelerate launch`` or torchrun the trainer builds our optimizer
+when it builds its own (``create_optimizer``), after wrapping the model, so the launch's FSDP or
+DeepSpeed settings shard it; every process trains and evaluates, and the first writes the run's files.
 Any option given on the command line overrides the preset's value.
 
 MODEL is any Hugging Face causal LM (a directory with a tokenizer, or a Hub name) (export.py writes one); for a
 byte-level model the newline ends a completion. The optimizers follow the paper's rules
 (Section 4.3): AdamW β (0.9, 0.999), weight decay 0.01, at ``--lr``; AdamS the same but β2 =
-0.95; Lion 0.1x the lr, 10x the weight decay, β (0.95, 0.98). Each is built by us and handed to
-the trainer (``optimizers=(optimizer, None)``, a constant learning rate).
+0.95; Lion 0.1x the lr, 10x the weight decay, β (0.95, 0.98), every parameter decaying (as veRL's
+optimizer does). Each is built by us inside the trainer, at a constant learning rate.
 
 GRPO (Shao et al., 2024): for every prompt, ``--generations`` completions are sampled; each
 completion's advantage is its reward minus the group's mean, over the group's standard
@@ -54,6 +55,7 @@ runs behind the committed figure: at this scale AdamS does not take AdamW's lear
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -98,6 +100,11 @@ def optimizer_spec(name: str, lr: float, weight_decay: float = 0.01) -> tuple[ty
     if name == "lion":
         return Lion, dict(lr=0.1 * lr, betas=(0.95, 0.98), weight_decay=10 * weight_decay)
     raise SystemExit(f"error: --optimizer {name}: choose one of {', '.join(COMPARED)}")
+
+
+def main_process() -> bool:
+    """Whether this is the process that writes the run's files: rank 0 of a launch, or the only one."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def build_optimizer(name: str, params, lr: float, weight_decay: float = 0.01) -> torch.optim.Optimizer:
@@ -245,6 +252,15 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
     if generation_prompts % args.prompts:
         raise SystemExit(f"error: --generation-prompts {generation_prompts} must be a multiple of --prompts {args.prompts}")
     records = []
+    writer = main_process()
+
+    class Trainer(GRPOTrainer):
+        def create_optimizer(self, model=None):
+            # where the trainer would build its own: after DDP/FSDP wrapping where it delays that, over every parameter
+            if self.optimizer is None:
+                params = (self.model if model is None else model).parameters()
+                self.optimizer = build_optimizer(optimizer_name, params, lr, args.weight_decay)
+            return self.optimizer
 
     class TestReward(TrainerCallback):
         def on_train_begin(self, targs, state, control, model=None, **kw):
@@ -257,13 +273,14 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
         def on_log(self, targs, state, control, logs=None, **kw):
             log("train", step=state.global_step, **{k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))})
 
-        def record(self, step, model):
+        def record(self, step, model):  # on every process: a sharded model's forward needs them all
             result = dict(step=step, **evaluate(model, tokenizer, test_problems, args.max_completion_length,
                                                 template=args.template))
             records.append(result)
             log("eval", **result)
-            print(f"{optimizer_name} seed {seed} step {step}: test reward {result['test_reward']:.3f}, "
-                  f"accuracy {result['test_accuracy']:.3f}", flush=True)
+            if writer:
+                print(f"{optimizer_name} seed {seed} step {step}: test reward {result['test_reward']:.3f}, "
+                      f"accuracy {result['test_accuracy']:.3f}", flush=True)
 
     vllm = use_vllm(args.vllm, device)
     config = GRPOConfig(
@@ -276,9 +293,6 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
         disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant",
         **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.4) if vllm else {}),
     )
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    optimizer = None if distributed else build_optimizer(optimizer_name, model.parameters(), lr, args.weight_decay)
-    extra = dict(optimizer_cls_and_kwargs=optimizer_spec(optimizer_name, lr, args.weight_decay)) if distributed else {}
     # everything is checked and loaded: only now does the run take its folder (one writer at a time),
     # and a run that is being replaced lose its log
     import checkpoint
@@ -286,24 +300,27 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
 
     out.mkdir(parents=True, exist_ok=True)
     try:
-        lock = checkpoint.RunLock(out)
+        lock = checkpoint.RunLock(out) if writer else contextlib.nullcontext()
     except UserError as e:
         raise SystemExit(f"error: {e}") from None
     with lock:
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=config, train_dataset=dataset,
-                              processing_class=tokenizer, optimizers=(optimizer, None), callbacks=[TestReward()], **extra)
+        trainer = Trainer(model=model, reward_funcs=reward_fn, args=config, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[TestReward()])
         log_path = out / "metrics.jsonl"
-        log_path.unlink(missing_ok=True)
-        (out / "run.json").unlink(missing_ok=True)
+        if writer:
+            log_path.unlink(missing_ok=True)
+            (out / "run.json").unlink(missing_ok=True)
 
         def log(kind: str, **record):
-            with open(log_path, "a") as f:
-                f.write(json.dumps(dict(kind=kind, **record)) + "\n")
+            if writer:
+                with open(log_path, "a") as f:
+                    f.write(json.dumps(dict(kind=kind, **record)) + "\n")
 
         trainer.train()
-        (out / "run.json").write_text(json.dumps(dict(optimizer=optimizer_name, seed=seed, lr=lr, steps=steps,
-                                                      weight_decay=args.weight_decay, preset=args.preset, device=device,
-                                                      dtype=dtype, done=True)))
+        if writer:
+            (out / "run.json").write_text(json.dumps(dict(
+                optimizer=optimizer_name, seed=seed, lr=lr, steps=steps, weight_decay=args.weight_decay,
+                preset=args.preset, device=device, dtype=dtype, processes=trainer.accelerator.num_processes, done=True)))
     return records
 
 
@@ -471,9 +488,12 @@ def main(argv=None):
         for seed in args.seeds:
             out = args.out / f"{label}_seed={seed}"
             if finished(out) and not args.overwrite:
-                print(f"{out.name}: finished, skipped")
+                if main_process():
+                    print(f"{out.name}: finished, skipped")
                 continue
             run(args, name, seed, out, lr)
+    if not main_process():
+        return []
     rows = summarize(args.out, [label for label, _, _ in compared], args.seeds)
     last = max(r["step"] for r in rows)
     for r in (r for r in rows if r["step"] in (0, last)):

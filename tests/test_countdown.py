@@ -3,7 +3,10 @@ hand-written completions, and a 2-step GRPO run per optimizer through TRL."""
 
 import json
 import re
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
@@ -256,6 +259,28 @@ def test_grpo_tinyzero_preset_runs_end_to_end_on_a_tiny_qwen2(tiny_qwen2, tmp_pa
     assert meta["dtype"] == ("bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32")
     trained = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any(r["kind"] == "train" and r.get("learning_rate") == pytest.approx(1e-6) for r in trained)
+
+
+def test_grpo_under_torchrun_builds_our_optimizer_in_the_trainer_and_writes_once(tiny_qwen2, tmp_path):
+    # two processes (gloo on CPU), as torchrun or accelerate start them for a policy one GPU cannot hold: the trainer
+    # builds our optimizer where it builds its own (Lion logs 0.1x the lr, 0.1, where TRL's AdamW would log 1.0), every
+    # process trains and evaluates, and only the first takes the folder's lock and writes the log and run.json
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "scripts.grpo",
+         str(tiny_qwen2 / "hf"), "--preset", "tinyzero", "--optimizer", "lion", "--lr", "1.0", "--steps", "2",
+         "--prompts", "2", "--generation-prompts", "4", "--generations", "2", "--micro-batch", "2",
+         "--max-completion-length", "8", "--test-problems", "4", "--eval-every", "1", "--device", "cpu",
+         "--data", str(tiny_qwen2 / "data"), "--out", str(out)],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["processes"] == 2 and meta["optimizer"] == "lion" and meta["done"]
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if r["kind"] == "eval"] == [0, 1, 2]  # once, not once per process
+    rates = [r["learning_rate"] for r in logged if r["kind"] == "train" and "learning_rate" in r]
+    assert rates and all(rate == pytest.approx(0.1) for rate in rates)
+    assert result.stdout.count("lion seed 1 step 2: test reward") == 1
 
 
 def test_grpo_refuses_to_replace_a_finished_run_and_leaves_it_as_it_was(tiny_policy, tmp_path):
