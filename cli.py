@@ -19,7 +19,14 @@ from collections.abc import Callable
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The module docstring as written, and each option's default."""
+    """The module docstring as written, and each option's default: not where the help text already says it,
+    nor where there is none (None: the help says what happens without the option)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or "(default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 class Parser(argparse.ArgumentParser):
@@ -37,9 +44,20 @@ class Parser(argparse.ArgumentParser):
                 other = "--" + (body.replace("_", "-") if "_" in body else body.replace("-", "_"))
                 if other != name and other not in names and other not in others:
                     others.append(other)
-        if names and names[0].startswith("-"):
+        if names and names[0].startswith("-") and kwargs.get("default") is not None:
             kwargs.setdefault("help", "(default: %(default)s)")  # argparse shows a default only beside a help text
         return super().add_argument(*names, *others, **kwargs)
+
+    def show_sets(self, sets: dict[str, dict], word: str) -> None:
+        """For the options whose defaults come from a named set of settings (``--preset``, ``--recipe``),
+        each set's value in their help: ``(preset) prompts per step [cpu: 16, tinyzero: 64]``."""
+        for action in self._actions:
+            if any(action.dest in values for values in sets.values()):
+                shown = ", ".join(f"{name}: {'unset' if values.get(action.dest) is None else values[action.dest]}"
+                                  for name, values in sets.items())
+                text = action.help or ""
+                text = text if text.startswith(f"({word})") else f"({word}) {text}".rstrip()
+                action.help = f"{text} [{shown}]"
 
 
 def run(action: Callable[[], object]) -> int:

@@ -412,8 +412,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--preset", choices=PRESETS, default="cpu", help="the settings marked (preset) as a set (default: cpu)")
     parser.add_argument("--optimizer", default="adams", choices=COMPARED)
     parser.add_argument("--lr", type=float,
-                        help="(preset) AdamW's learning rate (cpu: 1e-4, the best of a scan for the Countdown starting "
-                             "policy; tinyzero: 1e-6); the others follow the paper's rules")
+                        help="(preset) AdamW's learning rate (cpu's: the best of a scan for the Countdown starting "
+                             "policy); the others follow the paper's rules")
     parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW's (Lion gets 10x)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--steps", type=int, help="(preset) optimizer steps; default: --epochs over the training problems")
@@ -446,6 +446,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="with --compare: AdamS at this lr of its own too (runs adams_lr=LR_seed=S), in the figure")
     parser.add_argument("--table", nargs="+", metavar="RUN",
                         help="print a markdown table of finished runs (start, best and final test reward) and stop")
+    parser.show_sets(PRESETS, "preset")
     args = parser.parse_args(argv)
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key) is None:

@@ -89,7 +89,7 @@ def get_lr(step: int, lr: float, warmup: int, decay_iters: int, min_lr: float) -
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe", choices=RECIPES, default="cpu", help="the settings below, as a set (default: cpu)")
+    parser.add_argument("--recipe", choices=RECIPES, default="cpu", help="the settings marked (recipe), as a set")
     parser.add_argument("--dataset")
     parser.add_argument("--data_dir", type=Path, default=REPO / "data")
     parser.add_argument("--n_layer", type=int)
@@ -112,6 +112,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="autocast dtype of the forward pass")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("out/update_alignment"), help="file prefix: OUT.csv, OUT.png")
+    parser.show_sets(RECIPES, "recipe")
     args = parser.parse_args(argv)
     for key, value in RECIPES[args.recipe].items():
         if getattr(args, key) is None:

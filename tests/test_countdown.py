@@ -213,6 +213,17 @@ def test_grpo_tinyzero_preset_is_tinyzeros_settings_and_the_command_line_wins():
     assert grpo.optimizer_spec("lion", 1e-6)[1] == dict(lr=pytest.approx(1e-7), betas=(0.95, 0.98), weight_decay=pytest.approx(0.1))
 
 
+def test_grpo_help_shows_each_presets_value_of_the_options_it_sets(capsys):
+    from scripts import grpo
+
+    with pytest.raises(SystemExit):
+        grpo.parse_args(["--help"])
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "prompts per optimizer step [cpu: 16, tinyzero: 64]" in flat
+    assert "tokens per completion [cpu: 40, tinyzero: 1024]" in flat
+    assert "[cpu: 200, tinyzero: unset]" in flat  # --steps: TinyZero counts epochs instead
+
+
 def test_tinyzero_prompt_is_answered_where_tinyzeros_reward_reads():
     from data.countdown.task import tinyzero_prompt
 

@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -985,6 +986,9 @@ def test_every_script_runs_by_path_from_anywhere(script, help_runs):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage" in result.stdout.lower() or "keys (default, meaning)" in result.stdout, result.stdout[:500]
     assert not any(folder.iterdir()), "--help wrote files"
+    flat = " ".join(result.stdout.split())  # argparse wraps the help: one line to search
+    assert "(default: None)" not in flat  # an option without a default says what happens instead, or nothing
+    assert not re.search(r"\(default:[^)]*\)[^-]*\(default:", flat), "an option shows its default twice"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
