@@ -67,6 +67,11 @@ SECTION_CITATION = re.compile(
     r"(?:\"(?P<d>[^\"\n]{3,120})\"|“(?P<c>[^”\n]{3,120})”|'(?P<s>(?:[^'\n]|'(?=[a-z]))+)'(?![a-z]))")
 
 
+def github_anchor(title: str) -> str:
+    """The #fragment GitHub gives a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
 def headings(path: Path) -> list[str]:
     return [re.sub(r"^\d+\.\s*", "", line.lstrip("#").strip()) for line in path.read_text().splitlines()
             if line.startswith("#")]
@@ -101,7 +106,7 @@ def test_every_relative_link_in_the_docs_resolves():
     # the anchor is one of its headings, as GitHub spells them
     def anchors(path: Path) -> set[str]:
         text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
-        return {re.sub(r"[^\w\- ]", "", t.lower()).replace(" ", "-") for t in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+        return {github_anchor(title) for title in re.findall(r"^#+ (.+)$", text, flags=re.M)}
 
     docs = [p for p in REPO.rglob("*.md") if not {".git", ".venv", "out"} & set(p.relative_to(REPO).parts)]
     broken = []
@@ -125,7 +130,7 @@ def test_links_from_results_readme_name_the_sections_moved_out(doc):
     # the study (results/README.md and results/study/) lists each section of results/<doc> as a link by GitHub's anchor
     text = (REPO / "results" / doc).read_text()
     titles = re.findall(r"^##+ (.+)$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), flags=re.M)
-    anchors = {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in titles}
+    anchors = {github_anchor(title) for title in titles}
     links = re.findall(rf"\((?:\.\./)?{re.escape(doc)}#([^)]+)\)", study_text())
     assert sorted(links) == sorted(anchors), f"results/README.md's list of the sections in results/{doc} is out of date"
 
