@@ -117,15 +117,75 @@ def save_sharded(out_dir: str | os.PathLike, model_state: dict, optim_state: dic
     return path
 
 
-def load_sharded(path: Path, model_state: dict, optim_state: dict) -> None:
-    """Fill ``model_state`` and ``optim_state`` in place from a sharded checkpoint, resharding as needed."""
-    import torch.distributed.checkpoint as dcp
+# A sharded checkpoint's .metadata is a pickle that torch.distributed.checkpoint reads with plain pickle, and
+# its non-tensor entries (the optimizer's step counts) are loaded with weights_only=False: either could run
+# code a crafted file holds. These are read here instead, admitting only the classes a checkpoint's
+# metadata is made of, and torch.load(weights_only=True).
+_DCP_GLOBALS = {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
+                ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
+                *(("pathlib", name) for name in ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"))}
 
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        import torch.distributed.checkpoint.metadata as meta
+
+        if module == meta.__name__ and isinstance(getattr(meta, name, None), type):
+            return getattr(meta, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if (module, name) in _DCP_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"its .metadata refers to {module}.{name}, which no checkpoint's metadata holds")
+
+
+def _dcp_reader_and_planner(path: Path, empty: bool = False):
+    """A storage reader and a load planner for a sharded checkpoint that read nothing but data."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+    class Reader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs) -> Metadata:
+            with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as f:
+                metadata = _MetadataUnpickler(f).load()
+            if not isinstance(metadata, Metadata):
+                raise pickle.UnpicklingError("its .metadata is not a checkpoint's metadata")
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    class Planner(_EmptyStateDictLoadPlanner if empty else DefaultLoadPlanner):
+        def load_bytes(self, read_item, value) -> None:
+            value = torch.load(value, weights_only=True)
+            target = self.original_state_dict if self.flatten_state_dict else self.state_dict
+            if self.flatten_state_dict:
+                from torch.distributed.checkpoint._traverse import set_element
+
+                set_element(target, self.mappings[read_item.dest_index.fqn], value)
+            else:
+                target[read_item.dest_index.fqn] = value
+
+    return Reader(path), Planner()
+
+
+def load_dcp(path: Path, state_dict: dict, in_one_process: bool = False) -> dict:
+    """Fill ``state_dict`` in place from the sharded checkpoint ``path`` (resharding as needed), or, if it is
+    empty, with everything the checkpoint holds; tensors and plain values only. A file that is not a whole
+    checkpoint of ours is one error naming it."""
+    from torch.distributed.checkpoint import state_dict_loader
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    reader, planner = _dcp_reader_and_planner(path, empty=not state_dict)
     try:
-        dcp.load({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(path))
-    except Exception as e:
-        raise UserError(f"sharded checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
-                        "move it aside to resume from an older one") from e
+        state_dict_loader._load_state_dict(state_dict, storage_reader=reader, planner=planner,
+                                           no_dist=in_one_process or not torch.distributed.is_initialized())
+    except (Exception, CheckpointException) as e:  # CheckpointException derives from BaseException
+        raise UserError(f"sharded checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); move it aside "
+                        "to resume from an older one") from None
+    return state_dict
 
 
 def latest(out_dir: str | os.PathLike) -> Path | None:
@@ -183,14 +243,8 @@ def load_model_weights(state: dict, model: torch.nn.Module) -> None:
     """Load a checkpoint's weights (``load`` or ``load_file``'s result, either layout) into an
     unsharded model built from ``state['model_args']``, in one process."""
     if "dcp_path" in state:
-        import torch.distributed.checkpoint as dcp
-
         weights = model.state_dict()
-        try:
-            dcp.load({"model": weights}, checkpoint_id=str(state["dcp_path"]))
-        except Exception as e:
-            raise UserError(f"sharded checkpoint {state['dcp_path']} cannot be read ({type(e).__name__}: "
-                            f"{str(e)[:200]})") from e
+        load_dcp(state["dcp_path"], {"model": weights}, in_one_process=True)
         model.load_state_dict(weights)
     else:
         model.load_state_dict(clean_state_dict(state["model"]))
@@ -239,87 +293,6 @@ class Progress:
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient
 
 
-def prepare(out_dir: str | os.PathLike, init_from: str, overwrite: bool, dist_: data_parallel.Dist,
-            read_only: bool = False) -> dict | None:
-    """The checkpoint to continue (init_from 'resume', or 'auto' with one in out_dir), or None
-    for a fresh start, after checking out_dir. Nothing is changed here: a fresh start that replaces
-    a run clears it later (``start_fresh``), once every other input has been checked.
-
-    A fresh start refuses a folder that holds a checkpoint unless ``overwrite``. A folder with a
-    log but no checkpoint (a run stopped before its first) is started again by the same command.
-    ``read_only`` (evaluation) skips the check that out_dir is writable.
-    """
-    out_dir = Path(out_dir)
-    has_checkpoint = latest(out_dir) is not None
-    if init_from == "resume" and not has_checkpoint and (out_dir / metrics.FILE).exists():
-        raise UserError(f"out_dir '{out_dir}' has no checkpoint yet: its run stopped before the first one. Start it "
-                        "again with the same command without --init_from=resume (or with --init_from=auto)")
-    if init_from == "resume" or (init_from == "auto" and has_checkpoint):
-        return load(out_dir)
-    if has_checkpoint and not overwrite:
-        raise UserError(f"out_dir '{out_dir}' already holds a run; continue it with --init_from=resume, "
-                        "choose another --out_dir, or pass --overwrite=True to replace it")
-    if read_only:
-        return None
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".write_test.{dist_.rank}"
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"out_dir '{out_dir}' is not writable ({e.strerror}); choose another --out_dir") from e
-    return None
-
-
-def start_fresh(out_dir: str | os.PathLike, dist_: data_parallel.Dist) -> None:
-    """Clear what an earlier run left in out_dir (its checkpoints and log), for a fresh start that
-    replaces it; every rank calls it, rank 0 clears. Call it only once every input has been checked."""
-    out_dir = Path(out_dir)
-    data_parallel.barrier()  # every rank has looked before rank 0 clears anything
-    if dist_.is_main:
-        if latest(out_dir) is None and (out_dir / metrics.FILE).exists():
-            print(f"note: out_dir '{out_dir}' held the log of a run stopped before its first checkpoint; starting it again")
-        shutil.rmtree(out_dir / FOLDER, ignore_errors=True)
-        (out_dir / metrics.FILE).unlink(missing_ok=True)
-    data_parallel.barrier()
-
-
-LOCK = ".lock"
-
-
-class RunLock:
-    """One writer per run folder: an exclusive ``flock`` on out_dir/.lock, held while the run lives.
-
-    The kernel drops the lock when its process ends, however it ends (SIGKILL included), so a lock
-    left by a crashed run never blocks the next resume; the file itself stays, naming its last holder.
-    """
-
-    def __init__(self, out_dir: str | os.PathLike):
-        import fcntl
-        import socket
-
-        self.path = Path(out_dir) / LOCK
-        self.file = open(self.path, "a+")
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.file.seek(0)
-            holder = self.file.read().strip() or "another process"
-            self.file.close()
-            raise UserError(f"out_dir '{Path(out_dir)}' is in use by another run ({holder}); wait for it to end, "
-                            "or choose another --out_dir") from None
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(f"process {os.getpid()} on {socket.gethostname()}\n")
-        self.file.flush()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_):
-        self.file.close()  # closing drops the flock
-
-
 def rng_states(device: torch.device) -> dict:
     """Every RNG's state in plain types and tensors, so that ``torch.load(weights_only=True)`` reads it."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -345,7 +318,7 @@ def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimize
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
     if "dcp_path" in state:  # sharded: torch.distributed.checkpoint reshards into this run's layout
         model_state, optim_state = get_state_dict(model, optimizer)
-        load_sharded(state["dcp_path"], model_state, optim_state)
+        load_dcp(state["dcp_path"], {"model": model_state, "optimizer": optim_state})
         set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
     else:  # a full state dict fits any layout
         set_state_dict(model, optimizer, model_state_dict=clean_state_dict(state["model"]),
@@ -394,33 +367,15 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
     data_parallel.barrier()
 
 
-def lock_run(out_dir: str | os.PathLike, dist_: data_parallel.Dist):
-    """Rank 0 takes the run folder's lock (``RunLock``); every rank stops if another process holds it.
-    Returns a context manager that releases it (nothing to release on the other ranks)."""
-    from contextlib import nullcontext
-
-    held, refused = nullcontext(), ""
-    if dist_.is_main:
-        try:
-            held = RunLock(out_dir)
-        except UserError as e:
-            refused = str(e)
-    refused = data_parallel.all_gather_object(refused)[0]
-    if refused:
-        raise UserError(refused)
-    return held
-
-
 # --- a sharded run as one file --------------------------------------------------------------------------
 
 
 def consolidate(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """Write the latest checkpoint of a sharded run ``src`` (a ``.dcp`` folder) as one ``.pt`` file in a new
     run folder ``dst``, with the run's config.json and metrics.jsonl beside it, so that train.py,
-    sample.py and export.py read it in one process (and ``torch.load(weights_only=True)`` does too)."""
-    import tempfile
-
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    sample.py and export.py read it in one process (and ``torch.load(weights_only=True)`` does too).
+    ``dst`` must be new or empty; it is written beside and swapped in whole."""
+    import folders
 
     src, dst = Path(src), Path(dst)
     path = latest(src)
@@ -428,21 +383,19 @@ def consolidate(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
         raise UserError(f"no checkpoint in {src / FOLDER}; give the out_dir of a run trained with fsdp=True")
     if not path.is_dir():
         raise UserError(f"{path} is already one .pt file; train.py, sample.py and export.py read it as it is")
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise UserError(f"{dst} exists and is not empty; choose a new folder for the consolidated run")
-    if src.resolve() in dst.resolve().parents or dst.resolve() == src.resolve():
-        raise UserError(f"{dst} lies inside the run {src}; choose a folder outside it")
-    meta = load_file(path)
-    meta.pop("dcp_path")
-    dst.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dst) as tmp:
-        full = Path(tmp) / "full.pt"
-        dcp_to_torch_save(str(path), str(full))
-        tensors = _torch_load(full, "cpu")
-    for name in ("config.json", metrics.FILE):
-        if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
-    return save(dst, dict(meta, model=tensors["model"], optimizer=tensors["optimizer"]))
+    with folders.Destination(dst, makes=folders.RUN, option="DST", command="python -m checkpoint consolidate") as dest:
+        if dest.found.kind not in (folders.ABSENT, folders.EMPTY):
+            raise UserError(f"DST {dst} holds {dest.found.what}; choose a new folder for the consolidated run")
+        meta = load_file(path)
+        meta.pop("dcp_path")
+        tensors = load_dcp(path, {}, in_one_process=True)
+        staged = dest.stage()
+        for name in ("config.json", metrics.FILE):
+            if (src / name).is_file():
+                shutil.copy2(src / name, staged / name)
+        save(staged, dict(meta, model=tensors["model"], optimizer=tensors["optimizer"]))
+        dest.swap(staged)
+    return latest(dst)
 
 
 def main(argv=None) -> int:
@@ -459,4 +412,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli.main(main))

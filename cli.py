@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -30,11 +32,24 @@ class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaults
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` that accepts both spellings of every long option and shows defaults."""
+    """``argparse.ArgumentParser`` that accepts both spellings of every long option, shows defaults, and
+    reports a mistake as one ``error:`` line (exit 2), never a usage block."""
 
     def __init__(self, *args, **kwargs):
         kwargs["formatter_class"] = _Formatter
+        if "prog" not in kwargs:  # the command as it is typed: python -m scripts.sweep, not sweep.py or __main__.py
+            caller = sys._getframe(1).f_globals
+            spec = caller.get("__spec__")
+            if spec is not None and spec.name:
+                kwargs["prog"] = f"python -m {spec.name.removesuffix('.__main__')}"
+            elif caller.get("__file__"):
+                kwargs["prog"] = f"python {Path(caller['__file__']).name}"
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        from errors import UserError
+
+        raise UserError(f"{message} (see {self.prog} --help)")
 
     def add_argument(self, *names, **kwargs):
         others = []
@@ -60,14 +75,149 @@ class Parser(argparse.ArgumentParser):
                 action.help = f"{text} [{shown}]"
 
 
+# --- kinds of values: each option's type and range, declared once where the option is -------------------------
+
+
+class Kind:
+    """A kind of option value: how the command line spells it, and which values are allowed.
+
+    ``kind("12")`` reads a command-line string (argparse's ``type=``); ``kind.check(value)`` admits a
+    Python value (a config file's); both refuse, naming what is wanted, anything outside the range.
+    """
+
+    def __init__(self, says: str, parse: Callable[[str], object], admits: Callable[[object], bool],
+                 base: type | None = None):
+        self.parse, self.admits, self.base = parse, admits, base
+        self.described = lambda: says
+        self.__name__ = says  # argparse names the kind in its messages
+
+    @property
+    def says(self) -> str:
+        return self.described()
+
+    def __call__(self, text: str):
+        try:
+            value = self.parse(text)
+        except (ValueError, TypeError, OverflowError):
+            raise argparse.ArgumentTypeError(f"must be {self.says}, got {text!r}") from None
+        if not self.admits(value):
+            raise argparse.ArgumentTypeError(f"must be {self.says}, got {text!r}")
+        return value
+
+    def check(self, value) -> bool:
+        """Whether the Python ``value`` is of this kind."""
+        try:
+            return (self.base is None or isinstance(value, self.base)) and bool(self.admits(value))
+        except (TypeError, ValueError):
+            return False
+
+    def __repr__(self) -> str:
+        return f"Kind({self.says!r})"
+
+
+LARGEST = 2**53  # no count, size or step number here is larger; beyond it floats lose integers
+
+
+def _integer(text: str) -> int:
+    """An integer, also as 1e5 or 2_000."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():
+            raise
+        return int(value)
+
+
+def integer(low: int, high: int = LARGEST, says: str | None = None) -> Kind:
+    says = says or (f"an integer >= {low}" if high == LARGEST else f"an integer from {low} to {high}")
+    return Kind(says, _integer, lambda v: not isinstance(v, bool) and low <= v <= high, int)
+
+
+def number(low: float = 0.0, high: float = math.inf, low_open: bool = False, high_open: bool = True,
+           says: str | None = None) -> Kind:
+    def admits(v) -> bool:
+        if isinstance(v, bool) or not math.isfinite(v):
+            return False
+        return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+
+    if says is None:
+        lo = f"> {low:g}" if low_open else f">= {low:g}"
+        says = f"a finite number {lo}" if high == math.inf else \
+            f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    return Kind(says, float, admits, (int, float))
+
+
+def choice(*allowed: str, lazily: Callable[[], Iterable[str]] | None = None) -> Kind:
+    """One of ``allowed``, or of what ``lazily()`` gives (a list known once a module is imported)."""
+    options = (lambda: tuple(lazily())) if lazily else (lambda: allowed)
+    kind = Kind("one of " + ", ".join(allowed), str, lambda v: v in options(), str)
+    if lazily:
+        kind.described = lambda: "one of " + ", ".join(options())
+    return kind
+
+
+def text(says: str = "a non-empty string") -> Kind:
+    return Kind(says, str, lambda v: v != "" and "\0" not in v, str)
+
+
+def _path(text: str) -> Path:
+    if text == "" or "\0" in text:
+        raise ValueError(text)
+    return Path(text)
+
+
+def _writable_place(path: Path) -> bool:
+    first = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), Path("."))
+    return first.is_dir() or first != path
+
+
+count = integer(1)  # how many of something: at least one
+natural = integer(0)  # a count that may be zero
+seed = integer(0, 2**31 - 1, "a seed from 0 to 2147483647")
+positive = number(0.0, low_open=True)
+nonnegative = number(0.0)
+fraction = number(0.0, 1.0, low_open=True, says="a fraction in (0, 1)")
+beta = number(0.0, 1.0, says="a number in [0, 1)")
+file = Kind("an existing file", _path, lambda p: p.is_file(), Path)
+folder = Kind("an existing folder", _path, lambda p: p.is_dir(), Path)
+existing = Kind("an existing file or folder", _path, lambda p: p.exists(), Path)
+place = Kind("a path whose nearest existing part is a folder", _path, _writable_place, Path)  # where output goes
+
+
+def main(entry: Callable[[list[str] | None], object], argv: list[str] | None = None) -> int:
+    """A module's ``entry(argv)`` through the error wrapper: its exit code (what ``run`` says). Every command's
+    ``if __name__ == "__main__"`` ends the process with it."""
+    return run(lambda: entry(argv))
+
+
 def run(action: Callable[[], object]) -> int:
-    """0 once ``action()`` has run; a mistake the user can fix (errors.UserError) is one `error:` line on
-    stderr and 2, never a traceback."""
+    """``action()``'s result where it is an exit code (an int), else 0 once it has run. A mistake the user can fix (errors.UserError), a file the disk refuses
+    (an OSError that names its path) and Ctrl-C are each one ``error:`` line on stderr and a non-zero exit
+    (2, 2, 130), never a traceback."""
+    import os
+
     from errors import UserError
 
+    def say(line: str) -> None:
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one process says what went wrong
+            print(f"error: {line}", file=sys.stderr)
+
     try:
-        action()
+        result = action()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        say(str(e))
+        return e.code
+    except BrokenPipeError:  # the reader went away (``--help | head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as e:
+        if e.filename is None:
+            raise
+        where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
+        say(f"{where}: {e.strerror or e}; check the path and its permissions")
         return 2
-    return 0
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0

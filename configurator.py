@@ -12,92 +12,105 @@ AdamS on the Python standard library's own source, on any machine, offline, in a
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import runpy
 import types
+import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Annotated
 
+import cli
 from errors import UserError
+
+# The kind of each key (cli.Kind: its type and range), declared once, where the key is: the command line, a config
+# file and a TrainConfig built in code are all checked against it (``coerce``, ``check``).
+Count = Annotated[int, cli.count]  # at least 1
+Natural = Annotated[int, cli.natural]  # at least 0
+Seed = Annotated[int, cli.seed]
+Rate = Annotated[float, cli.nonnegative]  # finite, at least 0
+Unit = Annotated[float, cli.beta]  # in [0, 1)
+Text = Annotated[str, cli.text()]
+Keep = Annotated[int, cli.integer(2, says="an integer >= 2 (one checkpoint may be mid-write)")]
+Architecture = Annotated[str, cli.choice("gpt2", "llama")]
+Optimizer = Annotated[str, cli.choice(lazily=lambda: __import__("optim").OPTIMIZERS)]
+Implementation = Annotated[str, cli.choice("auto", "loop", "foreach", "fused")]
+Shape = Annotated[str, cli.choice("cosine", "linear")]
+Backend = Annotated[str, cli.choice("auto", "nccl", "gloo")]
+Device = Annotated[str, cli.Kind("auto, cpu, cuda, cuda:N or mps", str,
+                                 lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d{1,3})?", v) is not None, str)]
+Dtype = Annotated[str, cli.choice("auto", "float32", "bfloat16", "float16")]
 
 
 @dataclass
 class TrainConfig:
     # I/O
-    out_dir: str = "out"  # checkpoints, config.json and metrics.jsonl go here
-    eval_interval: int = 200  # iterations between evaluations (and checkpoints)
-    log_interval: int = 10  # iterations between log lines; 1 logs every iteration
-    eval_iters: int = 20  # batches per evaluation (the same batches every time)
+    out_dir: Text = "out"  # checkpoints, config.json and metrics.jsonl go here
+    eval_interval: Count = 200  # iterations between evaluations (and checkpoints)
+    log_interval: Count = 10  # iterations between log lines; 1 logs every iteration
+    eval_iters: Count = 20  # batches per evaluation (the same batches every time)
     eval_only: bool = False  # evaluate once and exit
-    sample_tokens: int = 300  # tokens of text printed at the end of a run, to see what the model learned; 0: none
+    sample_tokens: Natural = 300  # tokens of text printed at the end of a run, to see what the model learned; 0: none
     always_save_checkpoint: bool = True  # save at every eval, not only when val loss improves
-    init_from: str = "scratch"  # 'scratch', 'resume' (out_dir's latest checkpoint), 'auto' (resume if there is one), or a GPT-2 name / local HF directory
-    keep_checkpoints: int = 2  # how many of the newest checkpoints to keep in out_dir/checkpoints
-    overwrite: bool = False  # let a fresh run delete the run already in out_dir
+    init_from: Text = "scratch"  # 'scratch', 'resume' (out_dir's latest checkpoint), 'auto' (resume if there is one), or a GPT-2 name / local HF directory
+    keep_checkpoints: Keep = 2  # how many of the newest checkpoints to keep in out_dir/checkpoints
+    overwrite: bool = False  # let a fresh run replace the run already in out_dir (once it has taken its first step)
     # wandb
     wandb_log: bool = False  # also log to Weights & Biases (honours WANDB_MODE=offline)
-    wandb_project: str = "adams-gpt"  # wandb project name
-    wandb_run_name: str = "run"  # wandb run name
+    wandb_project: Text = "adams-gpt"  # wandb project name
+    wandb_run_name: Text = "run"  # wandb run name
     # data
-    dataset: str = "pystdlib"  # folder under data_dir holding train.bin and val.bin
-    data_dir: str = "data"  # relative paths are taken from the repository root
-    gradient_accumulation_steps: int = 1  # micro-steps per iteration, summed over all ranks
-    batch_size: int = 16  # sequences per micro-step per rank
-    block_size: int = 128  # tokens per sequence
+    dataset: Text = "pystdlib"  # folder under data_dir holding train.bin and val.bin
+    data_dir: Text = "data"  # relative paths are taken from the repository root
+    gradient_accumulation_steps: Count = 1  # micro-steps per iteration, summed over all ranks
+    batch_size: Count = 16  # sequences per micro-step per rank
+    block_size: Count = 128  # tokens per sequence
     # model
-    model: str = "gpt2"  # 'gpt2' (model.py) or 'llama' (model_llama.py: RMSNorm, rotary, SwiGLU, no biases)
-    n_layer: int = 4  # transformer blocks
-    n_head: int = 4  # attention heads per block
-    n_embd: int = 128  # width of the residual stream
-    dropout: float = 0.0  # 0 for pretraining; try 0.1+ for fine-tuning
+    model: Architecture = "gpt2"  # 'gpt2' (model.py) or 'llama' (model_llama.py: RMSNorm, rotary, SwiGLU, no biases)
+    n_layer: Count = 4  # transformer blocks
+    n_head: Count = 4  # attention heads per block
+    n_embd: Count = 128  # width of the residual stream
+    dropout: Unit = 0.0  # 0 for pretraining; try 0.1+ for fine-tuning
     bias: bool = False  # biases in Linear and LayerNorm layers (GPT-2 has them; Llama has none)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
     # optimizer
-    optimizer: str = "adams"  # a name from optim.OPTIMIZERS
-    learning_rate: float = 1e-3  # peak; AdamS's best was ~1/4 of AdamW's best at 2K-32K tokens per step (README)
-    max_iters: int = 1200  # total iterations
-    weight_decay: float = 0.1  # decoupled; matrices and embeddings only
-    beta1: float = 0.9  # momentum coefficient (AdamW, AdamS, Adam-mini, Lion)
-    beta2: float = 0.95  # second-moment coefficient; AdamS: the old momentum's weight in v (0.99 worth a try, 0.999 fragile)
-    eps: float = 1e-8  # for optimizers that take one
+    optimizer: Optimizer = "adams"  # a name from optim.OPTIMIZERS
+    learning_rate: Rate = 1e-3  # peak; AdamS's best was ~1/4 of AdamW's best at 2K-32K tokens per step (README)
+    max_iters: Natural = 1200  # total iterations
+    weight_decay: Rate = 0.1  # decoupled; matrices and embeddings only
+    beta1: Unit = 0.9  # momentum coefficient (AdamW, AdamS, Adam-mini, Lion)
+    beta2: Unit = 0.95  # second-moment coefficient; AdamS: the old momentum's weight in v (0.99 worth a try, 0.999 fragile)
+    eps: Rate = 1e-8  # for optimizers that take one
     bias_correction: bool = True  # AdamS: divide the momentum by 1 - beta1^t (the authors' code)
-    embedding_lr_scale: float = 1.0  # the token embedding's and output head's lr, as a multiple of the schedule's
-    implementation: str = "auto"  # 'auto', 'loop', 'foreach' or 'fused' where the optimizer has them
-    grad_clip: float = 1.0  # clip the gradient's global norm to this; 0 disables
-    max_consecutive_skips: int = 10  # a NaN/Inf loss or gradient skips the step; stop after this many in a row (0: at the first)
+    embedding_lr_scale: Rate = 1.0  # the token embedding's and output head's lr, as a multiple of the schedule's
+    implementation: Implementation = "auto"  # 'auto', 'loop', 'foreach' or 'fused' where the optimizer has them
+    grad_clip: Rate = 1.0  # clip the gradient's global norm to this; 0 disables
+    max_consecutive_skips: Natural = 10  # a NaN/Inf loss or gradient skips the step; stop after this many in a row (0: at the first)
     # learning rate schedule: linear warmup, then cosine (or linear) decay to min_lr
     decay_lr: bool = True  # False keeps learning_rate constant
-    decay_shape: str = "cosine"  # 'cosine' (GPT-2 runs) or 'linear' (the paper's Llama runs)
-    warmup_iters: int = 100  # linear warmup from ~0 to learning_rate
-    lr_decay_iters: int = 1200  # ~ max_iters, per Chinchilla
-    min_lr: float = 1e-4  # ~ learning_rate / 10, per Chinchilla and the AdamS paper
+    decay_shape: Shape = "cosine"  # 'cosine' (GPT-2 runs) or 'linear' (the paper's Llama runs)
+    warmup_iters: Natural = 100  # linear warmup from ~0 to learning_rate
+    lr_decay_iters: Natural = 1200  # ~ max_iters, per Chinchilla
+    min_lr: Rate = 1e-4  # ~ learning_rate / 10, per Chinchilla and the AdamS paper
     # system
-    backend: str = "auto"  # DDP backend: 'nccl', 'gloo', or 'auto' (nccl on CUDA, gloo on CPU)
-    device: str = "auto"  # 'cpu', 'cuda', 'cuda:N', 'mps', or 'auto'
-    dtype: str = "auto"  # 'float32', 'bfloat16', 'float16', or 'auto' (bf16 on GPUs that have it, else fp32)
+    backend: Backend = "auto"  # DDP backend: 'nccl', 'gloo', or 'auto' (nccl on CUDA, gloo on CPU)
+    device: Device = "auto"  # 'cpu', 'cuda', 'cuda:N', 'mps', or 'auto'
+    dtype: Dtype = "auto"  # 'float32', 'bfloat16', 'float16', or 'auto' (bf16 on GPUs that have it, else fp32)
     compile: bool = False  # torch.compile the model (worth it on GPUs, slow to start on CPUs)
     fsdp: bool = False  # shard parameters, gradients and optimizer state across ranks (FSDP2's fully_shard)
-    seed: int = 1337  # model init and every batch derive from it
-
-
-CHOICES = {
-    "optimizer": None,  # filled from the registry in check()
-    "model": ("gpt2", "llama"),
-    "decay_shape": ("cosine", "linear"),
-    "implementation": ("auto", "loop", "foreach", "fused"),
-    "backend": ("auto", "nccl", "gloo"),
-    "dtype": ("auto", "float32", "bfloat16", "float16"),
-}
+    seed: Seed = 1337  # model init and every batch derive from it
 
 
 def documented_fields() -> list[tuple[str, str, str]]:
     """(key, default as written, comment) for each TrainConfig field, read from this file's source."""
     source = Path(__file__).read_text()
-    body = source[source.index("class TrainConfig"):source.index("CHOICES")]
+    body = source[source.index("class TrainConfig"):source.index("def documented_fields")]
     rows = []
     for line in body.splitlines():
         match = re.match(r"\s+(\w+): \w+ = (.+?)(?:\s+#\s*(.*))?$", line)
@@ -113,8 +126,20 @@ def usage() -> str:
     return __doc__.strip() + "\n\nkeys (default, meaning):\n" + keys
 
 
+@functools.cache
+def kinds() -> dict[str, tuple[type, cli.Kind | None]]:
+    """Each key's (type, kind), as TrainConfig declares them."""
+    hints = typing.get_type_hints(TrainConfig, include_extras=True)
+    out = {}
+    for f in fields(TrainConfig):
+        hint = hints[f.name]
+        base, *extra = typing.get_args(hint) if typing.get_origin(hint) is Annotated else (hint,)
+        out[f.name] = (base, extra[0] if extra else None)
+    return out
+
+
 def _field_types() -> dict[str, type]:
-    return {f.name: type(f.default) for f in fields(TrainConfig)}
+    return {key: base for key, (base, _) in kinds().items()}
 
 
 def _closest(key: str) -> str:
@@ -123,22 +148,17 @@ def _closest(key: str) -> str:
 
 
 def coerce(key: str, value, source: str):
-    """``value`` as the type of field ``key``, or a UserError naming the key and the source."""
-    types_ = _field_types()
-    if key not in types_:
+    """``value`` as the type of field ``key`` within its kind's range, or a UserError naming the key and source."""
+    if key not in kinds():
         raise UserError(f"unknown config key '{key}' in {source}{_closest(key)}")
-    want = types_[key]
-    if want is bool and isinstance(value, bool):
-        return value
-    if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if want is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if want is int and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if want is str and isinstance(value, str):
-        return value
-    raise UserError(f"config key '{key}' in {source} must be {want.__name__}, got {value!r}")
+    want, kind = kinds()[key]
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    elif want is int and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, want) or (want is not bool and isinstance(value, bool)) or (kind and not kind.check(value)):
+        raise UserError(f"config key '{key}' in {source} must be {kind.says if kind else want.__name__}, got {value!r}")
+    return value
 
 
 def parse_cli_value(key: str, text: str):
@@ -159,18 +179,44 @@ def load(argv: list[str]) -> TrainConfig:
     return load_explicit(argv)[0]
 
 
+class _ShowUsage(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(usage())
+        parser.exit()
+
+
+def _reader(key: str):
+    """argparse's ``type=`` for key: the text as a Python value of the key's type and kind (or a UserError)."""
+    def read(text: str):
+        return coerce(key, parse_cli_value(key, text), "the command line")
+
+    read.__name__ = key
+    return read
+
+
+def parser() -> cli.Parser:
+    """train.py's command line: config files, then ``--key=value`` for every TrainConfig key (its kind)."""
+    p = cli.Parser(prog="train.py", description=__doc__.split("\n\n")[0], add_help=False,
+                   usage="python train.py [config/file.py ...] [--key=value ...]")
+    p.add_argument("-h", "--help", action=_ShowUsage, nargs=0, default=argparse.SUPPRESS, help="every key with its default")
+    p.add_argument("configs", nargs="*", metavar="CONFIG", help="config files (Python assignments), in order")
+    for key, default, comment in documented_fields():
+        p.add_argument(f"--{key}", type=_reader(key), default=argparse.SUPPRESS, metavar="VALUE",
+                       help=f"{comment} (default: {default})")
+    return p
+
+
 def load_explicit(argv: list[str]) -> tuple[TrainConfig, set[str]]:
     """``load``'s config and the keys that a config file or the command line set (the rest are defaults)."""
+    for arg in argv:  # an unknown key is named, with the closest known one, before anything else is read
+        key = arg[2:].partition("=")[0].replace("-", "_")
+        if arg.startswith("--") and key not in kinds() and key != "help":
+            raise UserError(f"unknown config key '{key}' in the command line{_closest(key)}")
+    given = vars(parser().parse_intermixed_args(argv))
     values: dict = {}
-    for arg in argv:
-        if arg.startswith("--"):
-            key, eq, text = arg[2:].partition("=")
-            if not eq:
-                raise UserError(f"command-line override '{arg}' needs a value: write --{key}=VALUE")
-            key = key.replace("-", "_")
-            values[key] = coerce(key, parse_cli_value(key, text), "the command line")
-        else:
-            values.update(read_config_file(arg))
+    for path in given.pop("configs"):
+        values.update(read_config_file(path))
+    values.update(given)
     return TrainConfig(**values), set(values)
 
 
@@ -221,31 +267,8 @@ def read_config_file(path: str) -> dict:
 
 def check(cfg: TrainConfig, world_size: int = 1) -> None:
     """Cross-field checks, before anything is built; each failure names the fields and a fix."""
-    from optim import OPTIMIZERS
-
-    choices = dict(CHOICES, optimizer=tuple(OPTIMIZERS))
-    for key, allowed in choices.items():
-        if getattr(cfg, key) not in allowed:
-            raise UserError(f"{key}='{getattr(cfg, key)}' is not one of: {', '.join(allowed)}")
-    positive = ("eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps", "batch_size",
-                "block_size", "n_layer", "n_head", "n_embd")
-    for key in positive:
-        if getattr(cfg, key) < 1:
-            raise UserError(f"{key} must be at least 1, got {getattr(cfg, key)}")
-    if cfg.keep_checkpoints < 2:
-        raise UserError(f"keep_checkpoints must be at least 2 (one may be mid-write), got {cfg.keep_checkpoints}")
-    for key in ("max_iters", "warmup_iters", "lr_decay_iters", "max_consecutive_skips", "sample_tokens"):
-        if getattr(cfg, key) < 0:
-            raise UserError(f"{key} must be >= 0, got {getattr(cfg, key)}")
-    for key in ("learning_rate", "min_lr", "weight_decay", "eps", "grad_clip"):
-        value = getattr(cfg, key)
-        if not (math.isfinite(value) and value >= 0):
-            raise UserError(f"{key} must be a finite number >= 0, got {value}")
-    for key in ("beta1", "beta2"):
-        if not 0 <= getattr(cfg, key) < 1:
-            raise UserError(f"{key} must be in [0, 1), got {getattr(cfg, key)}")
-    if not 0 <= cfg.dropout < 1:
-        raise UserError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    for key, value in as_dict(cfg).items():  # a TrainConfig built in code is held to what the fields declare
+        coerce(key, value, "the config")
     if cfg.model == "llama" and cfg.bias:
         raise UserError("model='llama' has no biases; drop --bias=True")
     if cfg.n_embd % cfg.n_head:

@@ -8,6 +8,7 @@ import logging
 import os
 import platform
 import sys
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,3 +167,19 @@ def sync_gradients(model: nn.Module, enabled: bool) -> None:
 def full(t: torch.Tensor) -> torch.Tensor:
     """The whole of a DTensor (FSDP2), gathered from every rank; a plain tensor as is."""
     return t.full_tensor() if is_dtensor(t) else t
+
+
+def agree(decide: Callable[[], object]) -> None:
+    """Run ``decide`` on rank 0 alone (taking a folder, say); if it refuses (UserError), every rank raises the
+    same error, before any rank goes on to a collective that rank 0 would never join."""
+    from errors import UserError
+
+    refused = ""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        try:
+            decide()
+        except UserError as e:
+            refused = str(e) or "refused"
+    refused = all_gather_object(refused)[0]
+    if refused:
+        raise UserError(refused)

@@ -33,7 +33,11 @@ def load(data_dir: str, dataset: str, block_size: int) -> dict:
         from data.pystdlib.prepare import prepare
 
         print(f"preparing the embedded dataset in {folder} (once)...")
-        prepare(folder)
+        try:
+            prepare(folder, wait=True)  # (the runs of a sweep may all start here at once: one prepares it)
+        except UserError:
+            if not (folder / "train.bin").exists():
+                raise
     if not folder.is_dir():
         if (REPO / "data" / dataset / "prepare.py").exists():
             raise UserError(f"dataset folder {folder} does not exist; run python -m data.{dataset}.prepare first")

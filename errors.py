@@ -6,7 +6,13 @@ of a traceback: the message must name the problem and the fix.
 
 
 class UserError(Exception):
-    pass
+    code = 2  # the exit code
+
+
+class Interrupted(UserError):
+    """Ctrl-C, with what the user needs to know to go on."""
+
+    code = 130
 
 
 def require(module: str, extra: str) -> None:

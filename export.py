@@ -19,23 +19,22 @@ HF_DIR gets config.json and model.safetensors (a GPT2LMHeadModel, or a LlamaForC
 
 A vocabulary padded for fast matmuls (50,304) is cropped back to the data's (50,257): the logits
 of every real token are unchanged; the padding rows were never a target. A model without biases
-(``bias=False``) gets zero biases, which HF's GPT-2 always has. HF_DIR is written complete or not
-at all, and an existing non-empty HF_DIR is refused unless --overwrite.
+(``bias=False``) gets zero biases, which HF's GPT-2 always has. HF_DIR is written beside and swapped in
+complete (folders.py); an existing export in HF_DIR is replaced only with --overwrite, and anything
+else there (a run, a dataset, other files) never.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 import checkpoint
 import cli
+import folders
 from errors import UserError, require
 from model import GPT, LanguageModel, architecture
 
@@ -163,28 +162,16 @@ def gpt2_tokenizer(folder: Path):
                                    clean_up_tokenization_spaces=False)
 
 
-def run_folder(source: Path) -> Path:
-    """The run a source belongs to: the out_dir itself, or the out_dir a checkpoint file or .dcp lies in."""
-    source = source.resolve()
-    return source.parent.parent if source.parent.name == checkpoint.FOLDER else source
-
-
 def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> Path:
-    """Write the checkpoint at ``source`` (an out_dir or a checkpoint) to ``hf_dir``; returns it."""
+    """Write the checkpoint at ``source`` (an out_dir or a checkpoint) to ``hf_dir``; returns it. ``hf_dir`` is
+    written beside and swapped in whole; it may replace only an export, and only with ``overwrite``."""
     hf_dir = Path(hf_dir)
-    if hf_dir.exists() and (not hf_dir.is_dir() or any(hf_dir.iterdir())):
-        if not overwrite:
-            raise UserError(f"{hf_dir} exists and is not empty; choose another folder or pass --overwrite")
-        run, target = run_folder(Path(source)), hf_dir.resolve()
-        if target == run or target in run.parents or run in target.parents:
-            raise UserError(f"--overwrite would delete {hf_dir}, which is, holds or lies inside the run {source} being "
-                            "exported; choose a folder outside the run")
-    require("transformers", "hf")
-    model, state = load_model(source)
-    vocab = data_vocab(state)
-    hf_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{hf_dir.name}.", dir=hf_dir.parent))
-    try:
+    with folders.Destination(hf_dir, makes=folders.EXPORT, option="HF_DIR", command="export.py") as dest:
+        dest.allow(overwrite=overwrite)
+        require("transformers", "hf")
+        model, state = load_model(source)
+        vocab = data_vocab(state)
+        tmp = dest.stage()
         (to_hf(model, vocab) if isinstance(model, GPT) else to_hf_llama(model, vocab)).save_pretrained(tmp)
         if vocab <= 256:
             tokenizer = byte_tokenizer()
@@ -197,17 +184,12 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
             tokenizer.save_pretrained(tmp)
         (tmp / "adams_gpt.json").write_text(json.dumps(dict(source=str(source), iter=state["iter_num"],
                                                             config=state.get("config", {})), indent=2))
-        # mkdtemp (and safetensors, for its file) made them private: the export is the user's, readable as theirs are
+        # safetensors made its file private: the export is the user's, readable as theirs are
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
-        for path in tmp.rglob("*"):
+        for path in [tmp, *tmp.rglob("*")]:
             os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
-        if hf_dir.exists():
-            shutil.rmtree(hf_dir) if hf_dir.is_dir() else hf_dir.unlink()
-        tmp.rename(hf_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        dest.swap(tmp)
     return hf_dir
 
 
@@ -226,4 +208,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(cli.main(main))

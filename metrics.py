@@ -8,6 +8,7 @@ Every line has a ``kind``:
 - ``eval``: an evaluation after ``iter`` iterations, on the same batches every time:
   ``val_loss`` and ``eval_train_loss`` (the training data, measured the same way), ``lr``,
   ``tokens``, ``elapsed_s``;
+- ``checkpoint``: a checkpoint of iteration ``iter`` is complete (written after its ``eval`` line);
 - ``diverged``: the last line of a run that train.py stopped after more than
   ``max_consecutive_skips`` non-finite steps in a row: ``iter`` (the count the failing iteration
   would have reached) and ``reason``. A resume from an earlier checkpoint drops it with the
@@ -50,17 +51,34 @@ def records(path) -> list[dict]:
 
 
 class Log:
-    """Appends records to out_dir/metrics.jsonl on the main process (and to wandb, if given a run)."""
+    """Appends records to out_dir/metrics.jsonl on the main process (and to wandb, if given a run).
 
-    def __init__(self, out_dir: str | os.PathLike, is_main: bool, wandb_run=None):
+    ``held``: keep the records in memory until ``open`` (a fresh run writes nothing into its folder
+    before its first step; folders.RunFolder)."""
+
+    def __init__(self, out_dir: str | os.PathLike, is_main: bool, wandb_run=None, held: bool = False):
         self.path = Path(out_dir) / FILE
         self.is_main = is_main
         self.wandb_run = wandb_run
+        self.pending: list[dict] | None = [] if held else None
 
     def write(self, kind: str, **record) -> None:
         if not self.is_main:
             return
         record = dict(kind=kind, **record)
+        if self.pending is not None:
+            self.pending.append(record)
+            return
+        self._append(record)
+
+    def open(self, wandb_run=None) -> None:
+        """Write the records held so far, and every one from now on."""
+        pending, self.pending = self.pending or [], None
+        self.wandb_run = wandb_run or self.wandb_run
+        for record in pending:
+            self._append(record)
+
+    def _append(self, record: dict) -> None:
         try:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")

@@ -137,17 +137,30 @@ def from_nanogpt(src: Path, dst: Path, vocab_size: int = 50257, chunk: int = 1 <
         return writer.count
 
 
-def convert(src: Path, dst: Path, vocab_size: int) -> None:
+def convert(src: Path, dst: Path, vocab_size: int, overwrite: bool = False) -> None:
     """nanoGPT's file ``src``, or the train.bin and val.bin of the folder ``src``, into ``dst``; every input
-    is checked before anything is written."""
-    pairs = [(src / n, dst / n) for n in ("train.bin", "val.bin")] if src.is_dir() else [(src, dst)]
-    for a, b in pairs:
+    is checked before anything is written, and ``dst`` gets all of the new files or none (folders.py). A
+    token file or dataset already at ``dst`` is replaced only with ``overwrite``."""
+    import folders
+
+    names = ("train.bin", "val.bin")
+    pairs = [(src / n, n) for n in names] if src.is_dir() else [(src, None)]
+    for a, _ in pairs:
         if not a.is_file():
             raise UserError(f"{a} does not exist; give a nanoGPT train.bin or val.bin, or the folder holding them")
-        if b.exists() and b.resolve() == a.resolve():
-            raise UserError(f"{b} is the file being converted; write the converted file elsewhere")
-    for a, b in pairs:
-        print(f"{a} -> {b}: {from_nanogpt(a, b, vocab_size):,} tokens")
+        if a.resolve() in ((dst / a.name).resolve(), dst.resolve()):
+            raise UserError(f"{dst} is where {a} is; write the converted file elsewhere")
+    if src.is_dir():
+        with folders.dataset(dst, names, overwrite, command="python -m tokens from-nanogpt") as staged:
+            for a, name in pairs:
+                print(f"{a} -> {dst / name}: {from_nanogpt(a, staged / name, vocab_size):,} tokens")
+        return
+    with folders.Destination(dst, makes=folders.FILE, option="DST", command="python -m tokens from-nanogpt") as dest:
+        dest.allow(overwrite=overwrite)
+        staged = dest.stage(folder=False)
+        count = from_nanogpt(src, staged, vocab_size)
+        dest.swap(staged)
+        print(f"{src} -> {dst}: {count:,} tokens")
 
 
 def main(argv=None) -> int:
@@ -157,12 +170,13 @@ def main(argv=None) -> int:
         "from-nanogpt", help="nanoGPT's headerless train.bin / val.bin -> this format",
         description="Convert nanoGPT's token files (headerless uint16) into this project's format. SRC is a file, "
                     "or a folder whose train.bin and val.bin are converted into DST.")
-    convert_cmd.add_argument("src", type=Path, help="a nanoGPT .bin file, or a folder with train.bin and val.bin")
-    convert_cmd.add_argument("dst", type=Path, help="the file to write, or (for a folder) the dataset folder to write")
-    convert_cmd.add_argument("--vocab_size", type=int, default=50257, help="the ids' vocabulary (GPT-2's)")
+    convert_cmd.add_argument("src", type=cli.existing, help="a nanoGPT .bin file, or a folder with train.bin and val.bin")
+    convert_cmd.add_argument("dst", type=cli.place, help="the file to write, or (for a folder) the dataset folder to write")
+    convert_cmd.add_argument("--vocab_size", type=cli.integer(1, 1 << 32), default=50257, help="the ids' vocabulary (GPT-2's)")
+    convert_cmd.add_argument("--overwrite", action="store_true", help="replace the token file or dataset already at DST")
     args = parser.parse_args(argv)
-    return cli.run(lambda: convert(args.src, args.dst, args.vocab_size))
+    return cli.run(lambda: convert(args.src, args.dst, args.vocab_size, args.overwrite))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli.main(main))

@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,12 +21,14 @@ from pathlib import Path
 import torch
 
 import checkpoint
+import cli as cli_
 import configurator
 import data_parallel
 import dataset
+import folders
 import metrics
 from configurator import TrainConfig
-from errors import UserError
+from errors import Interrupted, UserError
 from model import LanguageModel, architecture, hf_model_type
 from optim import build_optimizer, hyperparameters
 
@@ -127,9 +128,13 @@ def resume_config(cfg: TrainConfig, resume: dict, explicit: set[str] | None, wor
 
 def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None, cleanup: contextlib.ExitStack) -> dict:
     device, out_dir, main_rank = dist_.device, Path(cfg.out_dir), dist_.is_main
-    if not (cfg.init_from == "resume" or (cfg.init_from == "auto" and checkpoint.latest(out_dir) is not None)):
+    if cfg.init_from != "resume":
         configurator.check(cfg, dist_.world_size)  # (a resumed run's config is checked once merged with the run's)
-    resume = checkpoint.prepare(out_dir, cfg.init_from, cfg.overwrite, dist_, read_only=cfg.eval_only)
+    # the folder's lock first, then the decision: resume its checkpoint, or start fresh (writing nothing until
+    # the first step is taken, so that a run it replaces is removed only once no input can make this one fail)
+    folder = folders.RunFolder(out_dir, dist_, read_only=cfg.eval_only)
+    cleanup.callback(folder.close)
+    resume = folder.open(cfg.init_from, cfg.overwrite)
     if resume is not None:
         cfg = resume_config(cfg, resume, explicit, dist_.world_size, main_rank)
     if cfg.fsdp and not torch.distributed.is_initialized():
@@ -150,14 +155,8 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
     optimizer = build_optimizer(cfg.optimizer, raw_model, implementation=cfg.implementation,
                                 embedding_lr_scale=cfg.embedding_lr_scale, **optimizer_kwargs(cfg, announce=main_rank))
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
-    writes = not cfg.eval_only  # an evaluation changes nothing in out_dir
-    if writes:  # every input is checked: only now does the run take its folder, and a fresh start clear an old run
-        cleanup.enter_context(checkpoint.lock_run(out_dir, dist_))
-        if resume is None:
-            checkpoint.start_fresh(out_dir, dist_)
-    wandb_run = (metrics.start_wandb(out_dir, resume is not None, cfg.wandb_project, cfg.wandb_run_name,
-                                   configurator.as_dict(cfg)) if cfg.wandb_log and main_rank and writes else None)
-    log = metrics.Log(out_dir, main_rank and writes, wandb_run=wandb_run)
+    writes = main_rank and not cfg.eval_only  # an evaluation changes nothing in out_dir
+    log = metrics.Log(out_dir, writes, held=folder.fresh)
     progress = checkpoint.Progress()
     if resume is not None:
         progress = checkpoint.restore(resume, raw_model, optimizer, scaler, dist_)
@@ -168,12 +167,20 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
     meta = dict(config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(), data_vocab=data["vocab_size"],
                 model_type=resume.get("model_type", "gpt2") if resume else cfg.model, model_source=source)
     resume = None  # free it
+    derived = describe(cfg, meta["config"], raw_model, dist_, dtype) if main_rank else {}
+    derived["checkpoints_in_log"] = True  # metrics.jsonl has a 'checkpoint' line for each (folders.py reads them)
+
+    def commit() -> None:  # the run is under way: it takes its folder (a resumed run has it already)
+        folder.commit(dict(config=meta["config"], derived=derived))
+        if writes:
+            log.open(metrics.start_wandb(out_dir, not folder.fresh, cfg.wandb_project, cfg.wandb_run_name,
+                                         meta["config"]) if cfg.wandb_log else None)
 
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
     peak = peak_flops(device)
-    if main_rank:
-        describe(cfg, meta["config"], raw_model, dist_, dtype, out_dir if writes else None)
+    if not folder.fresh and not cfg.eval_only:
+        commit()
 
     def batch(stream: int, it: int, index: int, split: str = "train"):
         return dataset.get_batch(data[split], cfg.seed, stream, it, index, cfg.batch_size, cfg.block_size,
@@ -189,6 +196,7 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
             progress.best_val_loss = min(progress.best_val_loss, losses["val"])
             checkpoint.save_run(out_dir, raw_model, optimizer, scaler, progress, meta, cfg.keep_checkpoints, dist_,
                                 sharded=cfg.fsdp)
+            log.write("checkpoint", iter=it)  # the run's first one makes it a run to resume, not to start again
         return dict(val_loss=losses["val"], eval_train_loss=losses["train"], iter=it)
 
     from tqdm import tqdm
@@ -242,6 +250,8 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             progress.iter, progress.tokens = it + 1, progress.tokens + tokens_per_iter
+            if not folder.committed:
+                commit()
             window_tokens += tokens_per_iter
             bar.update(1)
 
@@ -263,6 +273,8 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
                 window_start, window_tokens, clipped = time.time(), 0, 0
             if done % cfg.eval_interval == 0 or done == cfg.max_iters:
                 summary.update(eval_and_save(done))
+        if not folder.committed and not cfg.eval_only:  # max_iters=0: an evaluation, then done
+            commit()
     finally:
         bar.close()  # before any error message, so that message is the last line
 
@@ -293,9 +305,8 @@ def evaluate(model, batch, eval_iters: int, dist_: data_parallel.Dist, autocast)
     return out
 
 
-def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_parallel.Dist, dtype: str,
-             out_dir: Path | None) -> None:
-    """Print the config and what follows from it, and write both to out_dir/config.json (unless out_dir is None)."""
+def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_parallel.Dist, dtype: str) -> dict:
+    """Print the config and what follows from it; returns the latter, for the run's config.json."""
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
     params = model.num_params()
@@ -303,8 +314,6 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_p
     derived = dict(tokens_per_iter=tokens_per_iter, parameters=params, tokens_per_param=tokens_per_param,
                    world_size=dist_.world_size, micro_steps_per_rank=micro_steps, device=str(dist_.device), dtype=dtype,
                    hardware=data_parallel.hardware(dist_.device), torch=torch.__version__, threads=torch.get_num_threads())
-    if out_dir is not None:
-        (out_dir / "config.json").write_text(json.dumps(dict(config=config, derived=derived), indent=2))
     print("config:", json.dumps(config))
     print(f"{params:,} parameters (without position embeddings); {tokens_per_iter:,} tokens per "
           f"iteration = {cfg.gradient_accumulation_steps} accumulation x {cfg.batch_size} batch x {cfg.block_size} "
@@ -315,6 +324,7 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_p
         print(f"note: at this length AdamS's lr is best started at {start} of an AdamW lr tuned at this length (without "
               "one, at AdamS's best on a shorter run of this model), then scanned x2 either way, and on while an end "
               "point is best (README.md, 'AdamS in your own code')")
+    return derived
 
 
 def peak_flops(device: torch.device) -> float | None:
@@ -333,27 +343,22 @@ def sample(model: LanguageModel, device: torch.device, seed: int, vocab_size: in
 
 
 def cli(argv: list[str]) -> int:
+    """The command line: the run, or one ``error:`` line (under torchrun, from rank 0 alone) and a non-zero exit."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if "-h" in argv or "--help" in argv:
-        print(configurator.usage())
-        return 0
-    first = os.environ.get("RANK", "0") == "0"  # under torchrun, one process says what went wrong
     cfg = None
-    try:
+
+    def run():
+        nonlocal cfg
         cfg, explicit = configurator.load_explicit(argv)
-        main(cfg, explicit)
-    except UserError as e:
-        if first:
-            print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        if first and cfg is not None:
+        try:
+            main(cfg, explicit)
+        except KeyboardInterrupt:
             last = checkpoint.latest(cfg.out_dir)
             where = (f"the last checkpoint is {last}; continue with: python train.py --init_from=resume "
                      f"--out_dir={cfg.out_dir}") if last else "no checkpoint was written yet"
-            print(f"error: interrupted; {where}", file=sys.stderr)
-        return 130
-    return 0
+            raise Interrupted(f"interrupted; {where}") from None
+
+    return cli_.run(run)
 
 
 if __name__ == "__main__":

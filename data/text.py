@@ -7,19 +7,20 @@ A tokenizer is named by a string, so that worker processes can load it themselve
 - the path of a Hugging Face tokenizer directory (one with ``tokenizer.json`` or ``tokenizer_config.json``).
 
 Each document becomes its tokens followed by the tokenizer's end-of-text (end-of-sequence) token.
-Both splits are written to a temporary folder and moved into place only when both are complete,
-so an interrupted run leaves no complete-looking output.
+Both splits are written beside the output folder and moved into place only when both are complete
+(folders.dataset), so an interrupted run leaves no complete-looking output, and a dataset already
+there is replaced only with --overwrite.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+import folders
+from errors import UserError
 from tokens import TokenWriter
 
 
@@ -56,16 +57,16 @@ def _load(spec: str) -> Tokenizer:
 
         sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
         if sp.eos_id() < 0:
-            raise SystemExit(f"error: --tokenizer {path}: the sentencepiece model has no end-of-sequence token")
+            raise UserError(f"--tokenizer {path}: the sentencepiece model has no end-of-sequence token")
         return Tokenizer(sp.encode, sp.eos_id(), sp.get_piece_size())
     if path.is_dir():
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(path)
         if tok.eos_token_id is None:
-            raise SystemExit(f"error: --tokenizer {path}: the tokenizer has no end-of-sequence token")
+            raise UserError(f"--tokenizer {path}: the tokenizer has no end-of-sequence token")
         return Tokenizer(lambda text: tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id, len(tok))
-    raise SystemExit(f"error: --tokenizer {spec}: neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder")
+    raise UserError(f"--tokenizer {spec}: neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder")
 
 
 def load_local(paths: list[Path]):
@@ -76,24 +77,36 @@ def load_local(paths: list[Path]):
     parts = []
     for path in paths:
         if not path.is_file():
-            raise SystemExit(f"error: --input {path}: no such file")
+            raise UserError(f"--input {path}: no such file")
         suffixes = [s.lower() for s in path.suffixes]
         if suffixes[-1:] == [".parquet"]:
             part = Dataset.from_parquet(str(path))
         elif ".jsonl" in suffixes or ".json" in suffixes:
             if path.stat().st_size == 0:
-                raise SystemExit(f"error: --input {path} is empty; give files that hold documents")
+                raise UserError(f"--input {path} is empty; give files that hold documents")
             try:
                 part = Dataset.from_json(str(path))
             except Exception as e:  # datasets' parse error, whatever its class
-                raise SystemExit(f"error: --input {path} is not JSON lines with a 'text' field ({type(e).__name__}); "
+                raise UserError(f"--input {path} is not JSON lines with a 'text' field ({type(e).__name__}); "
                                  "give one JSON object a line, or parquet or plain-text files") from None
         else:
             part = Dataset.from_dict({"text": [path.read_text(encoding="utf-8", errors="replace")]})
         if "text" not in part.column_names:
-            raise SystemExit(f"error: --input {path}: no 'text' field (found {part.column_names})")
+            raise UserError(f"--input {path}: no 'text' field (found {part.column_names})")
         parts.append(part.select_columns(["text"]))
     return concatenate_datasets(parts)
+
+
+def load_hub(name: str, **kwargs):
+    """``datasets.load_dataset(name, **kwargs)``, or one line saying why it cannot be had (no network, say)."""
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(name, **kwargs)
+    except Exception as e:  # the hub's and the network's errors, whatever their class
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise UserError(f"{name} cannot be loaded from the Hugging Face Hub ({type(e).__name__}: {first}); check the "
+                        "network (HF_HUB_OFFLINE unset), or give local files with --input") from None
 
 
 def tokenize(dataset, tokenizer, num_proc: int):
@@ -119,25 +132,21 @@ def write_split(dataset, path: Path, vocab_size: int, shards: int = 64) -> int:
         return writer.count
 
 
-def write_splits(splits: dict, out_dir: Path, tokenizer, num_proc: int = 1) -> dict[str, int]:
-    """Tokenise and write ``splits`` ({'train': dataset, 'val': dataset}); return the token counts."""
+def write_splits(splits: dict, out_dir: Path, tokenizer, num_proc: int = 1, overwrite: bool = False,
+                 command: str | None = None) -> dict[str, int]:
+    """Tokenise and write ``splits`` ({'train': dataset, 'val': dataset}) into ``out_dir`` (both files, or neither:
+    folders.dataset; a dataset already there is replaced only with ``overwrite``); return the token counts."""
     vocab_size = load_tokenizer(tokenizer).n_vocab
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / ".prepare.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     counts = {}
-    for name in ("val", "train"):
-        counts[name] = write_split(tokenize(splits[name], tokenizer, num_proc), tmp / f"{name}.bin", vocab_size)
-    for name in ("val", "train"):  # both complete: move them into place
-        os.replace(tmp / f"{name}.bin", out_dir / f"{name}.bin")
-    shutil.rmtree(tmp)
+    with folders.dataset(out_dir, ("train.bin", "val.bin"), overwrite, command) as staged:
+        for name in ("val", "train"):
+            counts[name] = write_split(tokenize(splits[name], tokenizer, num_proc), staged / f"{name}.bin", vocab_size)
     return counts
 
 
 def random_split(dataset, test_size: float, seed: int) -> dict:
     """{'train', 'val'} by datasets' own train_test_split (nanoGPT's, with its seed 2357)."""
     if len(dataset) < 2:
-        raise SystemExit(f"error: {len(dataset)} document(s) cannot be split into training and validation; give more")
+        raise UserError(f"{len(dataset)} document(s) cannot be split into training and validation; give more")
     split = dataset.train_test_split(test_size=test_size, seed=seed, shuffle=True)
     return {"train": split["train"], "val": split["test"]}

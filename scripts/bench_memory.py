@@ -39,6 +39,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+from errors import UserError
 from model import GPT, SIZES, GPTConfig
 from optim import build_optimizer, state_bytes
 
@@ -145,7 +146,7 @@ def main(argv=None):
 
     device, rank, world = setup(args.device)
     if args.global_batch % world:
-        raise SystemExit(f"error: --global-batch {args.global_batch} is not divisible by the {world} processes")
+        raise UserError(f"--global-batch {args.global_batch} is not divisible by the {world} processes")
     per_rank = args.global_batch // world
     cuda = device.type == "cuda"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext()
@@ -210,4 +211,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

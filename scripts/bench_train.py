@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 
 import cli
 import metrics
+from errors import UserError
 from tokens import write_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +62,7 @@ def main(argv=None):
                    "--sample_tokens=0", "--dtype=auto", "--bias=True", *[f"--{s}" for s in args.set]]
             result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
             if result.returncode != 0:
-                raise SystemExit(f"{name}: train.py failed:\n{result.stderr[-3000:]}")
+                raise UserError(f"{name}: train.py failed:\n{result.stderr[-3000:]}")
             lines = metrics.read(out)[0]
             steady = lines[len(lines) // 2:]
             mfus = [r["mfu"] for r in steady if r["mfu"] is not None]
@@ -81,4 +82,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

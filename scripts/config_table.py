@@ -21,8 +21,8 @@ def table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def main():
-    cli.Parser(description="Rewrite config/README.md's table of every key from configurator.py.").parse_args()
+def main(argv=None):
+    cli.Parser(description="Rewrite config/README.md's table of every key from configurator.py.").parse_args(argv)
     path = REPO / "config" / "README.md"
     text = path.read_text()
     start = text.index("\n", text.index("<!-- config-table")) + 1
@@ -32,4 +32,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -38,6 +38,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+from errors import UserError
 from scripts import out_file, pack
 from scripts.sweep import final_val_loss
 
@@ -50,7 +51,7 @@ def embedding_ratios(noise_csv: Path) -> dict[str, float]:
         rows = [r for r in csv.DictReader(f) if r["measured_ratio"] not in ("", "nan")]
     picked = [r for r in rows if r["tensor"] == "embedding"] or [r for r in rows if r["tensor"] == TIED]
     if not picked:
-        raise SystemExit(f"{noise_csv} has no measured ratio for the token embedding; make it with "
+        raise UserError(f"{noise_csv} has no measured ratio for the token embedding; make it with "
                          "`python -m scripts.noise_scale` on AdamW runs")
     logs: dict[str, list[float]] = {}
     for r in picked:
@@ -68,7 +69,7 @@ def ratio_law(points: list[tuple[float, float]]) -> tuple[float, float]:
     sxx = sum((x - mx) ** 2 for x in xs)
     p = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
     if p >= 1:
-        raise SystemExit(f"R_emb grows as a^{p:.2f} with the embedding's lr; no lr of AdamW's matches AdamS's step")
+        raise UserError(f"R_emb grows as a^{p:.2f} with the embedding's lr; no lr of AdamW's matches AdamS's step")
     return math.exp(my - p * mx), p
 
 
@@ -84,7 +85,7 @@ def measured_lrs(ratios: dict[str, float], dirs: list[Path]) -> list[tuple[float
     for run, r in ratios.items():
         found = [root / run / "config.json" for root in roots if (root / run / "config.json").exists()]
         if not found:
-            raise SystemExit(f"cannot find the measured run {run!r} beside the runs given; pass runs from the same "
+            raise UserError(f"cannot find the measured run {run!r} beside the runs given; pass runs from the same "
                              "results folder as the AdamW runs noise_scale.py measured")
         cfg = json.loads(found[0].read_text())["config"]
         points.append((cfg["learning_rate"] * cfg.get("embedding_lr_scale", 1.0), r))
@@ -188,7 +189,7 @@ def main(argv=None):
     runs = read_runs(args.runs, k, p)
     groups = lines(runs)
     if not groups:
-        raise SystemExit("no optimizer and lr was run at more than one embedding_lr_scale among these runs; "
+        raise UserError("no optimizer and lr was run at more than one embedding_lr_scale among these runs; "
                          "sweep it with `--grid embedding_lr_scale=1,2.5,5`")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fields = ["optimizer", "lr", "embedding_lr_scale", "seed", "embedding_lr", "embedding_ratio", "effective_embedding_lr",
@@ -219,4 +220,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

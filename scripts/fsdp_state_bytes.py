@@ -100,5 +100,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
-    data_parallel.exit_process(0)
+    data_parallel.exit_process(cli.main(main))

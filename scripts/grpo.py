@@ -69,8 +69,10 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+import folders
 from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score, tinyzero_prompt
+from errors import UserError
 from scripts import pack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +101,7 @@ def optimizer_spec(name: str, lr: float, weight_decay: float = 0.01) -> tuple[ty
         return AdamS, dict(lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     if name == "lion":
         return Lion, dict(lr=0.1 * lr, betas=(0.95, 0.98), weight_decay=10 * weight_decay)
-    raise SystemExit(f"error: --optimizer {name}: choose one of {', '.join(COMPARED)}")
+    raise UserError(f"--optimizer {name}: choose one of {', '.join(COMPARED)}")
 
 
 def main_process() -> bool:
@@ -111,17 +113,6 @@ def build_optimizer(name: str, params, lr: float, weight_decay: float = 0.01) ->
     """The paper's Section 4.3 rules, from AdamW's lr and weight decay; every parameter decays, as veRL's."""
     cls, kwargs = optimizer_spec(name, lr, weight_decay)
     return cls(params, **kwargs)
-
-
-def resolve_device(name: str) -> str:
-    """'cpu' or 'cuda' for ``--device`` ('auto': cuda where a GPU is visible)."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but no CUDA GPU is visible; use --device cpu or auto")
-    if name not in ("cpu", "cuda"):
-        raise SystemExit(f"error: --device {name}: use auto, cpu or cuda (pick the GPU with CUDA_VISIBLE_DEVICES)")
-    return name
 
 
 def resolve_dtype(name: str, device: str) -> str:
@@ -139,7 +130,7 @@ def use_vllm(choice: str, device: str) -> bool:
         return False
     installed = importlib.util.find_spec("vllm") is not None
     if choice == "on" and not (installed and device == "cuda"):
-        raise SystemExit("error: --vllm on needs vLLM installed (pip install vllm) and a CUDA GPU; use --vllm auto")
+        raise UserError("--vllm on needs vLLM installed (pip install vllm) and a CUDA GPU; use --vllm auto")
     return installed and device == "cuda"
 
 
@@ -153,17 +144,17 @@ def check_policy(model: str) -> None:
     folder = Path(model)
     if not folder.exists():
         if folder.is_absolute() or model.startswith((".", "~")) or model.count("/") != 1:
-            raise SystemExit(f"error: {model} does not exist; pass a Hugging Face model directory (export.py writes one) "
+            raise UserError(f"{model} does not exist; pass a Hugging Face model directory (export.py writes one) "
                              "or a Hub name such as Qwen/Qwen2.5-3B")
         return  # a Hub name: transformers downloads it
     if (folder / "checkpoints").is_dir() or (folder / "metrics.jsonl").is_file():
-        raise SystemExit(f"error: {folder} is a train.py run, not a Hugging Face model; export it first: "
+        raise UserError(f"{folder} is a train.py run, not a Hugging Face model; export it first: "
                          f"python export.py {folder} {folder / 'hf'}")
     if not (folder / "config.json").is_file():
-        raise SystemExit(f"error: {folder} is not a Hugging Face model directory (no config.json); make one with export.py")
+        raise UserError(f"{folder} is not a Hugging Face model directory (no config.json); make one with export.py")
     if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
                                                        "tokenizer.model")):
-        raise SystemExit(f"error: {folder} has no tokenizer; GRPO needs one to write and score text. Export the model "
+        raise UserError(f"{folder} has no tokenizer; GRPO needs one to write and score text. Export the model "
                          "with export.py (it writes the tokenizer), or save the tokenizer into the folder")
 
 
@@ -176,7 +167,7 @@ def load_policy(model_dir: Path):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
-        raise SystemExit(f"error: {model_dir}'s tokenizer has {len(tokenizer)} tokens but the model's embedding only {rows} "
+        raise UserError(f"{model_dir}'s tokenizer has {len(tokenizer)} tokens but the model's embedding only {rows} "
                          "rows; save the tokenizer the model was trained with into the folder")
     if tokenizer.eos_token is None:  # the byte-level tokenizer: a completion is one line
         newline = tokenizer.convert_ids_to_tokens(tokenizer("\n")["input_ids"])[0]
@@ -216,23 +207,77 @@ def check_context(model, tokenizer, texts: list[str], max_completion_length: int
     context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     longest = max(len(tokenizer(t)["input_ids"]) for t in texts)
     if context is not None and longest + max_completion_length > context:
-        raise SystemExit(f"error: the model's context is {context} tokens, too short for a prompt of {longest} tokens "
+        raise UserError(f"the model's context is {context} tokens, too short for a prompt of {longest} tokens "
                          f"and a completion of {max_completion_length}; lower --max-completion-length, use "
                          "--template short, or a model with a longer context")
 
 
+def batch_plan(args, processes: int, problems: int) -> dict:
+    """TRL's settings for the preset's batch at any process count that divides it: prompts per rollout and
+    per optimizer step, and optimizer steps, are counted over all processes (each process gets its share)."""
+    completions = args.prompts * args.generations  # per optimizer step, over every process
+    generation_prompts = args.generation_prompts or args.prompts
+    if generation_prompts % args.prompts:
+        raise UserError(f"--generation-prompts {generation_prompts} must be a multiple of --prompts {args.prompts}")
+    micro = args.micro_batch or completions // processes
+    if micro < 1 or completions % (micro * processes):
+        raise UserError(f"a step's {completions} completions (--prompts {args.prompts} x --generations {args.generations}) do "
+                        f"not split into micro-batches of {micro} on each of {processes} processes; choose a --micro-batch "
+                        f"and a process count whose product divides {completions}")
+    steps = args.steps if args.steps is not None else -(-args.epochs * problems // args.prompts)
+    return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=completions // (micro * processes),
+                max_steps=steps, **({} if generation_prompts == args.prompts else
+                                   dict(generation_batch_size=generation_prompts * args.generations)))
+
+
+def effective_batch(config, processes: int, generations: int, problems: int) -> dict:
+    """What TRL will run, read back from its config: prompts a rollout, prompts an optimizer step, optimizer
+    steps a rollout, and passes over the training problems."""
+    per_step = config.per_device_train_batch_size * processes * config.gradient_accumulation_steps // generations
+    return dict(prompts_per_rollout=config.generation_batch_size // generations, prompts_per_step=per_step,
+                steps_per_rollout=config.steps_per_generation // config.gradient_accumulation_steps,
+                epochs=config.max_steps * per_step / problems)
+
+
 def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None) -> list[dict]:
-    """One GRPO run at ``lr`` (default ``args.lr``; AdamW's, the others by the paper's rules);
-    returns its eval records. A finished run in ``out`` is left alone unless --overwrite."""
+    """One GRPO run at ``lr`` (default ``args.lr``; AdamW's, the others by the paper's rules); returns its
+    eval records. The run is written beside ``out`` and swapped in when it has finished (folders.py), so
+    ``out`` only ever holds a finished run; a finished run there is replaced only with --overwrite. Under a
+    launch of several processes, the first takes the folder and writes; all of them train and evaluate."""
+    import data_parallel
+
     lr = args.lr if lr is None else lr
-    if finished(out) and not args.overwrite:
-        raise SystemExit(f"error: {out} holds a finished GRPO run; choose another --out, or pass --overwrite to replace it")
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    device = data_parallel.resolve_device(args.device).type
+    if processes > 1:  # the process group, so that every process abides by the first one's decision
+        from accelerate import PartialState
+
+        PartialState(cpu=device == "cpu")
+    dest = folders.Destination(out, makes=folders.GRPO, option="--out", command="scripts.grpo")
+    with contextlib.ExitStack() as stack:
+        def take():
+            stack.enter_context(dest)
+            dest.allow(overwrite=args.overwrite)
+
+        data_parallel.agree(take)
+        staged = dest.stage() if main_process() else None
+        records, meta = train_run(args, optimizer_name, seed, lr, device, processes, staged)
+        if staged is not None:
+            (staged / "run.json").write_text(json.dumps(meta))
+            dest.swap(staged)
+    return records
+
+
+def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, processes: int,
+              staged: Path | None) -> tuple[list[dict], dict]:
+    """Train and evaluate; the first process logs into ``staged``. Returns the eval records and run.json's content."""
+    import tempfile
+
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     torch.manual_seed(seed)
-    device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     model, tokenizer = load_policy(args.model)
     train_problems = read_problems(args.data / "rl_train.jsonl")
@@ -242,17 +287,8 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
                   args.max_completion_length)
     dataset = Dataset.from_list([dict(prompt=text, numbers=p["numbers"], target=p["target"])
                                  for text, p in zip(prompts, train_problems)])
-    steps = args.steps if args.steps is not None else -(-args.epochs * len(train_problems) // args.prompts)
-    completions = args.prompts * args.generations  # per optimizer step
-    micro = args.micro_batch or completions
-    if completions % micro:
-        raise SystemExit(f"error: --micro-batch {micro} must divide the {completions} completions of a step "
-                         f"(--prompts x --generations)")
-    generation_prompts = args.generation_prompts or args.prompts
-    if generation_prompts % args.prompts:
-        raise SystemExit(f"error: --generation-prompts {generation_prompts} must be a multiple of --prompts {args.prompts}")
+    plan = batch_plan(args, processes, len(train_problems))
     records = []
-    writer = main_process()
 
     class Trainer(GRPOTrainer):
         def create_optimizer(self, model=None):
@@ -261,6 +297,11 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
                 params = (self.model if model is None else model).parameters()
                 self.optimizer = build_optimizer(optimizer_name, params, lr, args.weight_decay)
             return self.optimizer
+
+    def log(kind: str, **record):
+        if staged is not None:
+            with open(staged / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(dict(kind=kind, **record)) + "\n")
 
     class TestReward(TrainerCallback):
         def on_train_begin(self, targs, state, control, model=None, **kw):
@@ -278,50 +319,28 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
                                                 template=args.template))
             records.append(result)
             log("eval", **result)
-            if writer:
+            if staged is not None:
                 print(f"{optimizer_name} seed {seed} step {step}: test reward {result['test_reward']:.3f}, "
                       f"accuracy {result['test_accuracy']:.3f}", flush=True)
 
     vllm = use_vllm(args.vllm, device)
-    config = GRPOConfig(
-        output_dir=str(out / "trl"), max_steps=steps, per_device_train_batch_size=micro,
-        gradient_accumulation_steps=completions // micro, num_generations=args.generations,
-        **({} if generation_prompts == args.prompts else dict(generation_batch_size=generation_prompts * args.generations)),
-        max_completion_length=args.max_completion_length, temperature=1.0, beta=args.beta, loss_type=args.loss_type,
-        logging_steps=args.eval_every, save_strategy="no", report_to=[], use_cpu=device == "cpu",
-        bf16=dtype == "bfloat16", gradient_checkpointing=args.gradient_checkpointing, seed=seed, data_seed=seed,
-        disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant",
-        **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.4) if vllm else {}),
-    )
-    # everything is checked and loaded: only now does the run take its folder (one writer at a time),
-    # and a run that is being replaced lose its log
-    import checkpoint
-    from errors import UserError
-
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        lock = checkpoint.RunLock(out) if writer else contextlib.nullcontext()
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
-    with lock:
+    with tempfile.TemporaryDirectory(prefix="grpo_trl_") as scratch:  # TRL's output_dir: nothing is saved there
+        config = GRPOConfig(
+            output_dir=scratch, num_generations=args.generations, **plan,
+            max_completion_length=args.max_completion_length, temperature=1.0, beta=args.beta, loss_type=args.loss_type,
+            logging_steps=args.eval_every, save_strategy="no", report_to=[], use_cpu=device == "cpu",
+            bf16=dtype == "bfloat16", gradient_checkpointing=args.gradient_checkpointing, seed=seed, data_seed=seed,
+            disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant",
+            **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.4) if vllm else {}),
+        )
         trainer = Trainer(model=model, reward_funcs=reward_fn, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[TestReward()])
-        log_path = out / "metrics.jsonl"
-        if writer:
-            log_path.unlink(missing_ok=True)
-            (out / "run.json").unlink(missing_ok=True)
-
-        def log(kind: str, **record):
-            if writer:
-                with open(log_path, "a") as f:
-                    f.write(json.dumps(dict(kind=kind, **record)) + "\n")
-
         trainer.train()
-        if writer:
-            (out / "run.json").write_text(json.dumps(dict(
-                optimizer=optimizer_name, seed=seed, lr=lr, steps=steps, weight_decay=args.weight_decay,
-                preset=args.preset, device=device, dtype=dtype, processes=trainer.accelerator.num_processes, done=True)))
-    return records
+    meta = dict(optimizer=optimizer_name, seed=seed, lr=lr, steps=plan["max_steps"], weight_decay=args.weight_decay,
+                preset=args.preset, device=device, dtype=dtype, processes=trainer.accelerator.num_processes,
+                **effective_batch(config, trainer.accelerator.num_processes, args.generations, len(train_problems)),
+                done=True)
+    return records, meta
 
 
 def finished(out: Path) -> bool:
@@ -431,7 +450,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None, help="(preset)")
     parser.add_argument("--eval-every", type=int, help="(preset) optimizer steps between test evaluations")
     parser.add_argument("--test-problems", type=int, help="(preset) how many test problems to score")
-    parser.add_argument("--device", default="auto", help="auto (cuda where a GPU is visible), cpu or cuda")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="auto: cuda where a GPU is visible (pick it with CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                         help="autocast dtype of training (auto: bf16 on a GPU that has it); weights stay fp32")
     parser.add_argument("--vllm", default="auto", choices=("auto", "on", "off"),
@@ -468,13 +488,15 @@ def main(argv=None):
         print(markdown(rows))
         return rows
     if args.model is None:
-        raise SystemExit("error: MODEL is required (a Hugging Face model directory; export.py writes one)")
+        raise UserError("MODEL is required (a Hugging Face model directory; export.py writes one)")
     if not (args.data / "test.jsonl").is_file():
-        raise SystemExit(f"error: {args.data} has no test.jsonl; run python -m data.countdown.prepare first")
+        raise UserError(f"{args.data} has no test.jsonl; run python -m data.countdown.prepare first")
 
     if args.evaluate_only:
         model, tokenizer = load_policy(args.model)
-        model.to(resolve_device(args.device))
+        import data_parallel
+
+        model.to(data_parallel.resolve_device(args.device))
         result = evaluate(model, tokenizer, read_problems(args.data / "test.jsonl")[:args.test_problems],
                           args.max_completion_length, template=args.template)
         print(json.dumps(result))
@@ -505,4 +527,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() is not None else 1)
+    raise SystemExit(cli.main(main))

@@ -32,6 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+from errors import UserError
 from optim import _cpu_fused
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ def source_at(rev: str) -> str:
     """The kernel source at a git revision."""
     done = subprocess.run(["git", "show", f"{rev}:{SOURCE}"], cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"error: cannot read {SOURCE} at revision {rev!r} ({done.stderr.strip()}); "
+        raise UserError(f"cannot read {SOURCE} at revision {rev!r} ({done.stderr.strip()}); "
                          "pass a commit, tag or branch of this repository")
     return done.stdout
 
@@ -101,7 +102,7 @@ def main(argv=None):
     sources = {rev: source_at(rev) for rev in args.against}  # a bad revision fails before any build
     modules = {"this tree": _cpu_fused.kernels()}  # built from this tree's source, cached per machine
     if modules["this tree"] is None:
-        raise SystemExit("error: the C++ kernels cannot be built here (a C++ compiler and ninja are needed; "
+        raise UserError("the C++ kernels cannot be built here (a C++ compiler and ninja are needed; "
                          "see the warning above)")
     for rev, source in sources.items():
         modules[rev] = build(source)
@@ -119,4 +120,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -39,6 +39,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+from errors import UserError
 from scripts import out_file, pack
 from scripts.sweep import final_val_loss
 
@@ -83,7 +84,7 @@ def matched_seeds(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     shared = {grid: set.intersection(*by_lr.values()) for grid, by_lr in seeds_at.items()}
     for (params, batch, steps, _, opt), seeds in shared.items():
         if not seeds:
-            raise SystemExit(f"the {opt} grid at {params:,} params, {batch:,} tokens/step, {steps:,} steps has no seed "
+            raise UserError(f"the {opt} grid at {params:,} params, {batch:,} tokens/step, {steps:,} steps has no seed "
                              "that every lr point ran; run one seed at every point, or leave out --matched-seeds")
     kept = [r for r in runs if r["seed"] in shared[grid_of(r)]]
     return kept, [r for r in runs if r["seed"] not in shared[grid_of(r)]]
@@ -105,7 +106,7 @@ def grid_points(runs: list[dict]) -> list[dict]:
             if len(found) > 1:
                 numeric = all(isinstance(v, (int, float)) for v in found)
                 values = [f"{v:g}" for v in sorted(found)] if numeric else sorted(map(str, found))
-                raise SystemExit(f"the {opt} runs at {setting[0]:,} params, {setting[1]:,} tokens/step, {setting[2]:,} steps "
+                raise UserError(f"the {opt} runs at {setting[0]:,} params, {setting[1]:,} tokens/step, {setting[2]:,} steps "
                                  f"mix {key} {', '.join(values)}; {fix}")
     groups: dict[tuple, list[float]] = {}
     for r in runs:
@@ -240,7 +241,7 @@ def main(argv=None):
 
     runs = read_runs([d for d in pack.expand(args.runs) if d.is_dir()])
     if not runs:
-        raise SystemExit("none of the given folders holds a finished run (config.json + metrics.jsonl up to max_iters)")
+        raise UserError("none of the given folders holds a finished run (config.json + metrics.jsonl up to max_iters)")
     if args.matched_seeds:
         runs, left_out = matched_seeds(runs)
         for r in left_out:
@@ -364,4 +365,4 @@ def plot(points: list[dict], paired: list[dict], rows: list[dict], path: Path) -
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -52,6 +52,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 import checkpoint
 import cli
 import dataset
+from errors import UserError
 from model import LanguageModel, architecture
 from optim.registry import token_embeddings
 from scripts import out_file
@@ -203,7 +204,7 @@ def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: 
     """Rows (per checkpoint and tensor) and ratio rows (per checkpoint and batch size) for one run."""
     paths = checkpoint.checkpoints(out_dir)
     if not paths:
-        raise SystemExit(f"{out_dir} has no checkpoints; train it with train.py first (--keep_checkpoints=N keeps N)")
+        raise UserError(f"{out_dir} has no checkpoints; train it with train.py first (--keep_checkpoints=N keeps N)")
     rows, ratio_rows, data = [], [], None
     name = run_name(out_dir)
     from tqdm import tqdm
@@ -211,7 +212,7 @@ def measure(out_dir: Path, micro_batches: int, batch_tokens: list[int], device: 
     for path in tqdm(paths, desc=name, leave=False):
         state = checkpoint.load_file(path)
         if "dcp_path" in state:
-            raise SystemExit(f"{path} is a sharded (FSDP) checkpoint; this script reads single-file ones")
+            raise UserError(f"{path} is a sharded (FSDP) checkpoint; this script reads single-file ones")
         cfg = state["config"]
         if data is None:
             data = dataset.load(data_dir or cfg["data_dir"], cfg["dataset"], cfg["block_size"])
@@ -407,4 +408,4 @@ def plot(rows: list[dict], ratio_rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

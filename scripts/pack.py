@@ -31,6 +31,7 @@ import fnmatch
 import os
 import posixpath
 import shutil
+import stat
 import sys
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -39,6 +40,8 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+import folders
+from errors import UserError
 
 SUFFIX = ".zip"
 STAMP = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip can hold: the archive's bytes do not depend on when it was made
@@ -106,7 +109,7 @@ def refuse_packed(out: str | os.PathLike) -> None:
     found = resolve(out)
     if isinstance(found, Packed):
         archive = found.root.filename
-        raise SystemExit(f"error: {out} is packed in {archive}; unpack it first (python -m scripts.pack --unpack {archive}), "
+        raise UserError(f"{out} is packed in {archive}; unpack it first (python -m scripts.pack --unpack {archive}), "
                          "run, then pack the folder again")
 
 
@@ -162,25 +165,24 @@ def expand(args: list[str | os.PathLike]) -> list[Path | Packed]:
 
 
 def _members(folder: Path) -> list[Path]:
-    return sorted((p for p in folder.rglob("*") if p.is_file() and p.name not in NOT_PACKED),
-                  key=lambda p: p.relative_to(folder).as_posix())
+    return sorted((p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and p.name not in NOT_PACKED
+                   and not p.name.endswith(".lock")), key=lambda p: p.relative_to(folder).as_posix())
 
 
 def _refuse_unpackable(folder: Path) -> None:
-    import fcntl
-
-    for lock in folder.rglob(".lock"):
-        with open(lock) as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)  # taken and dropped at once; the file is not written
-            except OSError:
-                holder = f.read().strip() or "another process"
-                raise SystemExit(f"error: {lock.parent} is still being written by {holder}; pack it when the run "
-                                 "has ended") from None
+    for lock in [*folder.rglob(".lock"), *folder.rglob(".*.lock")]:  # a run's lock: inside (older runs) or beside it
+        run = lock.parent if lock.name == ".lock" else lock.with_name(lock.name[1:].removesuffix(".lock"))
+        holder = folders.holder(run)
+        if holder:
+            raise UserError(f"{run} is still being written by {holder}; pack it when the run has ended")
+    links = [p for p in folder.rglob("*") if p.is_symlink()]
+    if links:
+        raise UserError(f"{folder} holds a symbolic link ({links[0]}); a packed scan stores its own files, never what a "
+                        "link points to: put the file itself there, or remove the link")
     weights = [p for p in folder.rglob("*") if p.suffix in CHECKPOINT_SUFFIXES or p.name == "checkpoints"]
     if weights:
-        raise SystemExit(f"error: {folder} holds checkpoints ({weights[0]} and {len(weights) - 1} more); a packed scan keeps "
-                         "logs, not weights: move them out of the folder first")
+        raise UserError(f"{folder} holds checkpoints ({weights[0]} and {len(weights) - 1} more); a packed scan keeps "
+                        "logs, not weights: move them out of the folder first")
 
 
 def write_archive(folder: Path, archive: Path) -> int:
@@ -202,50 +204,83 @@ def verify(folder: Path, archive: Path) -> None:
     with zipfile.ZipFile(archive) as zf:
         names = [i.filename for i in zf.infolist()]
         if sorted(names) != sorted(members):
-            raise SystemExit(f"error: {archive} does not list the files of {folder}; the folder was left as it is")
+            raise UserError(f"{archive} does not list the files of {folder}; the folder was left as it is")
         for name, path in members.items():
             if zf.read(name) != path.read_bytes():
-                raise SystemExit(f"error: {name} reads back different from {path}; the folder was left as it is")
+                raise UserError(f"{name} reads back different from {path}; the folder was left as it is")
 
 
 def pack(folder: Path) -> Path:
+    """FOLDER -> FOLDER.zip, written beside, read back, swapped in; only then is the folder removed (moved aside
+    first, so that a kill never leaves half a folder hiding the archive)."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise SystemExit(f"error: {folder} is not a folder; pass the folder a sweep wrote its runs to")
-    _refuse_unpackable(folder)
-    if not _members(folder):
-        raise SystemExit(f"error: {folder} holds no files; there is nothing to pack")
     archive = _archive_of(folder)
-    if archive.exists():
-        with zipfile.ZipFile(archive) as zf:
-            missing = [n for n in zf.namelist() if not (folder / n).is_file()]
-        if missing:
-            raise SystemExit(f"error: {archive} holds {len(missing)} files that {folder} lacks (e.g. {missing[0]}); unpack "
-                             f"it into the folder first (python -m scripts.pack --unpack {archive}), then pack again")
-    tmp = archive.with_name(archive.name + ".tmp")
-    try:
-        count = write_archive(folder, tmp)
-        verify(folder, tmp)
-        os.replace(tmp, archive)
-    finally:
-        tmp.unlink(missing_ok=True)
-    shutil.rmtree(folder)
+    with folders.Destination(folder, makes=folders.SCAN, option="FOLDER", command="scripts.pack") as scan, \
+            folders.Destination(archive, makes=folders.ARCHIVE, option="archive", command="scripts.pack") as dest:
+        if not folder.is_dir():
+            raise UserError(f"{folder} is not a folder; pass the folder a sweep wrote its runs to")
+        _refuse_unpackable(folder)
+        if not _members(folder):
+            raise UserError(f"{folder} holds no files; there is nothing to pack")
+        if archive.exists():
+            try:
+                with zipfile.ZipFile(archive) as zf:
+                    missing = [n for n in zf.namelist() if not (folder / n).is_file()]
+            except (OSError, zipfile.BadZipFile) as e:
+                raise UserError(f"{archive} exists and is not a readable archive ({e}); move it aside first") from None
+            if missing:
+                raise UserError(f"{archive} holds {len(missing)} files that {folder} lacks (e.g. {missing[0]}); unpack "
+                                f"it into the folder first (python -m scripts.pack --unpack {archive}), then pack again")
+        staged = dest.stage(folder=False)
+        count = write_archive(folder, staged)
+        verify(folder, staged)
+        dest.swap(staged)  # every file of the folder is in it: it may replace an archive of a subset of them
+        scan.move_aside(None)
     print(f"packed {count} files of {folder} into {archive} ({archive.stat().st_size / 1e6:.1f} MB); the folder is removed")
     return archive
 
 
-def unpack(archive: Path, out: Path | None) -> Path:
+MAX_BYTES = 20 * 2**30  # what --unpack writes at most unless told otherwise
+
+
+def unpack(archive: Path, out: Path | None, max_bytes: int = MAX_BYTES) -> Path:
+    """ARCHIVE -> a new folder (default: beside it, without .zip), extracted beside and swapped in whole; the
+    archive stays. Members must be files inside the folder, and their sizes within ``max_bytes`` and the disk."""
     archive = Path(archive)
     if archive.suffix != SUFFIX or not archive.is_file():
-        raise SystemExit(f"error: {archive} is not a packed scan (a .zip file); pass one like results/runs/tiny.zip")
+        raise UserError(f"{archive} is not a packed scan (a .zip file); pass one like results/runs/tiny.zip")
     out = Path(out) if out else archive.with_suffix("")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise SystemExit(f"error: {out} already exists and is not empty; pass --out to unpack somewhere else")
-    with zipfile.ZipFile(archive) as zf:
-        for name in zf.namelist():  # no member may land outside the folder
-            if name.startswith("/") or ".." in PurePosixPath(name).parts:
-                raise SystemExit(f"error: {archive} has a member outside its folder ({name}); it was not made by this script")
-        zf.extractall(out)
+    with folders.Destination(out, makes=folders.SCAN, option="--out", command="scripts.pack --unpack") as dest:
+        if dest.found.kind not in (folders.ABSENT, folders.EMPTY, folders.PACKED):  # (packed: back where it was)
+            raise UserError(f"{out} already exists and is not empty; pass --out to unpack somewhere else")
+        try:
+            zf = zipfile.ZipFile(archive)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise UserError(f"{archive} is not a readable archive ({e})") from None
+        with zf:
+            infos = zf.infolist()
+            for info in infos:  # no member may land outside the folder, or be anything but a file or folder
+                parts = PurePosixPath(info.filename).parts
+                if info.filename.startswith(("/", "\\")) or ".." in parts or ":" in info.filename or \
+                        stat.S_ISLNK(info.external_attr >> 16):
+                    raise UserError(f"{archive} has a member outside its folder or that is a link ({info.filename}); "
+                                    "it was not made by this script")
+            total = sum(info.file_size for info in infos)
+            if total > max_bytes:
+                raise UserError(f"{archive} would unpack to {total:,} bytes, over the budget of {max_bytes:,}; pass "
+                                "--max-bytes to allow more")
+            if total > shutil.disk_usage(out.parent).free:
+                raise UserError(f"{archive} would unpack to {total:,} bytes, more than the disk holding {out.parent} has free")
+            staged = dest.stage()
+            for info in infos:
+                target = staged.joinpath(*PurePosixPath(info.filename).parts)
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as dst:  # at most file_size bytes: zipfile stops there
+                    shutil.copyfileobj(src, dst)
+            dest.swap(staged)
     print(f"unpacked {archive} into {out}; the archive is kept (pack the folder again to replace it)")
     return out
 
@@ -257,34 +292,35 @@ def check(archive: Path) -> int:
             bad = zf.testzip()
             count = len(zf.namelist())
     except (OSError, zipfile.BadZipFile) as e:
-        raise SystemExit(f"error: {archive} is not a readable archive ({e})") from None
+        raise UserError(f"{archive} is not a readable archive ({e})") from None
     if bad:
-        raise SystemExit(f"error: {archive}: {bad} fails its checksum")
+        raise UserError(f"{archive}: {bad} fails its checksum")
     print(f"{archive}: {count} files, checksums good")
     return count
 
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", type=Path, help="folders to pack (or archives with --unpack/--check)")
+    parser.add_argument("paths", nargs="+", type=cli.existing, help="folders to pack (or archives with --unpack/--check)")
     parser.add_argument("--unpack", action="store_true", help="extract archives into folders, keeping the archives")
     parser.add_argument("--check", action="store_true", help="test that archives open and their checksums hold; write nothing")
-    parser.add_argument("--out", type=Path, help="with --unpack of one archive: the folder to extract into")
+    parser.add_argument("--out", type=cli.place, help="with --unpack of one archive: the folder to extract into")
+    parser.add_argument("--max-bytes", type=cli.count, default=MAX_BYTES, help="with --unpack: the most it writes")
     args = parser.parse_args(argv)
     if args.unpack and args.check:
-        raise SystemExit("error: --unpack and --check are two different jobs; pass one")
+        raise UserError("--unpack and --check are two different jobs; pass one")
     if args.out and not (args.unpack and len(args.paths) == 1):
-        raise SystemExit("error: --out names where one archive is unpacked; pass it with --unpack and one archive")
+        raise UserError("--out names where one archive is unpacked; pass it with --unpack and one archive")
     if args.check:
         return [check(p) for p in args.paths]
     if args.unpack:
-        return [unpack(p, args.out) for p in args.paths]
+        return [unpack(p, args.out, args.max_bytes) for p in args.paths]
     for p in args.paths:  # every folder is checked before any is packed
         if not p.is_dir():
-            raise SystemExit(f"error: {p} is not a folder; pass the folder a sweep wrote its runs to")
+            raise UserError(f"{p} is not a folder; pass the folder a sweep wrote its runs to")
         _refuse_unpackable(p)
     return [pack(p) for p in args.paths]
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

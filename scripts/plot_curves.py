@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+from errors import UserError
 from metrics import records
 from scripts import out_file, pack
 
@@ -44,7 +45,7 @@ def group_of(out_dir: Path, config: dict, keys: list[str] | None) -> str:
     config = {**as_dict(TrainConfig()), **config}  # a setting added after the run was made has its default
     missing = [k for k in keys if k not in config]
     if missing:
-        raise SystemExit(f"{out_dir}: its config has no key {missing[0]!r} to group by")
+        raise UserError(f"{out_dir}: its config has no key {missing[0]!r} to group by")
     return str(config[keys[0]]) if len(keys) == 1 else ", ".join(f"{k}={config[k]}" for k in keys)
 
 
@@ -72,11 +73,11 @@ def main(argv=None):
     groups: dict[str, list[list[dict]]] = {}
     for run in pack.expand(args.runs):
         if not (run / "metrics.jsonl").exists():
-            raise SystemExit(f"{run} has no metrics.jsonl; pass a run's out_dir")
+            raise UserError(f"{run} has no metrics.jsonl; pass a run's out_dir")
         config, evals = load_run(run)
         groups.setdefault(group_of(run, config, args.group), []).append(evals)
     if args.minus is not None and args.minus not in groups:
-        raise SystemExit(f"--minus {args.minus!r} names no curve; the curves are: "
+        raise UserError(f"--minus {args.minus!r} names no curve; the curves are: "
                          + "; ".join(repr(label) for label in sorted(groups)))
 
     rows = []
@@ -139,4 +140,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -27,6 +27,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+from errors import UserError
 from scripts import out_file, pack
 from scripts.plot_curves import load_run
 
@@ -45,7 +46,7 @@ def loss_curves(dirs: list[Path]) -> dict[tuple[str, float], list[dict[int, floa
     first: tuple[Path, dict] | None = None
     for d in dirs:
         if not (d / "metrics.jsonl").exists() or not (d / "config.json").exists():
-            raise SystemExit(f"{d} is not a run folder (no config.json and metrics.jsonl); pass train.py out_dirs")
+            raise UserError(f"{d} is not a run folder (no config.json and metrics.jsonl); pass train.py out_dirs")
         config, evals = load_run(d)
         if config["optimizer"] not in ("adamw", "adams"):
             continue
@@ -55,7 +56,7 @@ def loss_curves(dirs: list[Path]) -> dict[tuple[str, float], list[dict[int, floa
         differ = [k for k in SAME if config[k] != first[1][k]]
         if differ:
             k = differ[0]
-            raise SystemExit(f"{first[0]} and {d} differ in {k} ({first[1].get(k)!r} against {config.get(k)!r}); "
+            raise UserError(f"{first[0]} and {d} differ in {k} ({first[1].get(k)!r} against {config.get(k)!r}); "
                              "compare runs of one setting at a time")
         curves.setdefault((config["optimizer"], config["learning_rate"]), []).append(
             {e["iter"]: e["val_loss"] for e in evals})
@@ -151,16 +152,16 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=Path("out/step_matched"))
     args = parser.parse_args(argv)
     if not args.rbar > 0:
-        raise SystemExit(f"--rbar must be a positive ratio, got {args.rbar}; scripts/noise_scale.py prints it")
+        raise UserError(f"--rbar must be a positive ratio, got {args.rbar}; scripts/noise_scale.py prints it")
     curves = loss_curves(pack.expand(args.runs))
     for opt in ("adamw", "adams"):
         if not any(o == opt for o, _ in curves):
-            raise SystemExit(f"no {opt} run among the given folders; pass both optimizers' runs")
+            raise UserError(f"no {opt} run among the given folders; pass both optimizers' runs")
     shared = set.intersection(*(set(r) for runs in curves.values() for r in runs))
     steps = sorted(args.at) if args.at else sorted(shared)[-1:]
     missing = [s for s in steps if s not in shared]
     if missing:
-        raise SystemExit(f"not every run has an evaluation at step {missing[0]}; steps all share: "
+        raise UserError(f"not every run has an evaluation at step {missing[0]}; steps all share: "
                          f"{', '.join(map(str, sorted(shared)))}")
 
     rows = step_matched(curves, args.rbar, steps)
@@ -178,4 +179,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -29,6 +29,7 @@ nothing; a sweep refuses to run into one (unpack it, run, pack it again).
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import math
@@ -46,9 +47,10 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(REPO))
 
 import cli  # noqa: E402
+import folders  # noqa: E402
+from errors import UserError  # noqa: E402
 from metrics import records  # noqa: E402
 from scripts import pack  # noqa: E402
-from scripts.pack import refuse_packed  # noqa: E402
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -56,7 +58,7 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
     for item in items:
         key, eq, values = item.partition("=")
         if not eq or not values:
-            raise SystemExit(f"error: --grid {item!r}: write KEY=V1,V2,...")
+            raise UserError(f"--grid {item!r}: write KEY=V1,V2,...")
         grid[key] = values.split(",")
     return grid
 
@@ -75,12 +77,12 @@ def resolve_sets(items: list[str], point: dict[str, str]) -> list[str]:
     for item in items:
         key, eq, value = item.partition("=")
         if not eq:
-            raise SystemExit(f"error: --set {item!r}: write KEY=VALUE")
+            raise UserError(f"--set {item!r}: write KEY=VALUE")
         scaled = SCALED.match(value)
         if scaled:
             factor, source = scaled.groups()
             if source not in point:
-                raise SystemExit(f"error: --set {item!r}: '{source}' is not a --grid key, so there is nothing to scale")
+                raise UserError(f"--set {item!r}: '{source}' is not a --grid key, so there is nothing to scale")
             value = f"{float(factor) * float(point[source]):.6g}"
         out.append(f"--{key}={value}")
     return out
@@ -88,7 +90,7 @@ def resolve_sets(items: list[str], point: dict[str, str]) -> list[str]:
 
 def command(base: list[str], point: dict[str, str], seed: int, out_dir: Path, sets: list[str], nproc: int,
             train_py: str = "train.py") -> list[str]:
-    files = list(base) + ([point["config"]] if "config" in point else [])
+    files = [str(f) for f in base] + ([point["config"]] if "config" in point else [])
     overrides = [f"--{k}={v}" for k, v in point.items() if k != "config"]
     extra = resolve_sets(sets, point)
     launcher = [sys.executable, train_py] if nproc <= 1 else ["torchrun", "--standalone", f"--nproc_per_node={nproc}", train_py]
@@ -113,28 +115,23 @@ def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("configs", nargs="*", help="config files every run starts from")
+    parser.add_argument("configs", nargs="*", type=cli.file, help="config files every run starts from")
     parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (repeatable)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1337])
-    parser.add_argument("--out", type=Path, required=True, help="folder for the runs and the summary")
+    parser.add_argument("--seeds", type=cli.seed, nargs="+", default=[1337])
+    parser.add_argument("--out", type=cli.place, required=True, help="folder for the runs and the summary")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run; VALUE may be FACTOR*GRIDKEY (repeatable)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, locally")
-    parser.add_argument("--threads", type=int,
+    parser.add_argument("--jobs", type=cli.integer(1, 1024), default=1, help="runs at a time, locally")
+    parser.add_argument("--threads", type=cli.integer(1, 4096),
                         help="CPU threads per process (OMP_NUM_THREADS); default cores // (jobs x nproc)")
-    parser.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun when > 1)")
+    parser.add_argument("--nproc", type=cli.integer(1, 1024), default=1, help="processes per run (torchrun when > 1)")
     parser.add_argument("--print-commands", action="store_true", help="print the commands instead of running them")
     parser.add_argument("--summarize", action="store_true", help="only tabulate the runs that finished; run nothing")
     args = parser.parse_args(argv)
 
-    for key in ("jobs", "nproc"):
-        if getattr(args, key) < 1:
-            raise SystemExit(f"error: --{key} must be at least 1, got {getattr(args, key)}")
-    if args.threads is not None and args.threads < 1:
-        raise SystemExit(f"error: --threads must be at least 1, got {args.threads}")
     grid = parse_grid(args.grid)
     for path in [*args.configs, *grid.get("config", [])]:
         if not Path(path).is_file():
-            raise SystemExit(f"error: config file '{path}' does not exist; pass a path like config/repro/cpu_adams.py")
+            raise UserError(f"config file '{path}' does not exist; pass a path like config/repro/cpu_adams.py")
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
     for point in points:
         resolve_sets(args.set, point)  # a malformed --set fails before anything runs
@@ -148,16 +145,20 @@ def main(argv=None):
     if args.summarize:
         source = pack.resolve(args.out)
         if not source.is_dir():
-            raise SystemExit(f"error: --out {args.out} does not exist, so there is nothing to summarize; "
-                             "pass the folder a sweep wrote its runs to")
+            raise UserError(f"--out {args.out} does not exist, so there is nothing to summarize; "
+                            "pass the folder a sweep wrote its runs to")
         if isinstance(source, pack.Packed):  # a packed scan is read, never rewritten
             print(f"{args.out} is packed in {source.root.filename}: its summary is printed, not written (for the files: "
                   f"python -m scripts.pack --unpack {source.root.filename} --out DIR, then --summarize --out "
                   f"{posixpath.join('DIR', source.at).rstrip('/')})")
             return summarize([(p, s, source / d.name) for p, s, d in runs], list(grid), source, write=False)
-        return summarize(runs, list(grid), args.out)
-    refuse_packed(args.out)
+    with folders.Destination(args.out, makes=folders.SCAN, option="--out", command="scripts.sweep") as dest:
+        dest.allow(continues=(folders.SCAN,))
+        return summarize(runs, list(grid), args.out) if args.summarize else sweep(args, runs, grid)
 
+
+def sweep(args, runs: list, grid: dict) -> list[dict]:
+    """Run what has not finished, ``args.jobs`` at a time, then tabulate; the caller holds --out's lock."""
     todo = [(p, s, d) for p, s, d in runs if not final_val_loss(d)[1]]
     print(f"{len(runs)} runs, {len(runs) - len(todo)} already finished, {len(todo)} to run, {args.jobs} at a time")
     # pinned: the count changes the numbers; split among every process of every run at once, torchrun's included
@@ -182,7 +183,7 @@ def main(argv=None):
     summary = summarize(runs, list(grid), args.out)
     failed = [d for (_, _, d), code in zip(todo, codes) if code != 0 and not final_val_loss(d)[1]]
     if failed:
-        raise SystemExit(f"error: {len(failed)} of {len(todo)} runs failed; the last lines of {failed[0] / 'train.log'} say why")
+        raise UserError(f"{len(failed)} of {len(todo)} runs failed; the last lines of {failed[0] / 'train.log'} say why")
     committed = REPO / "results" / "runs"
     if committed in args.out.resolve().parents:  # results/ keeps each finished scan as one archive
         scan = committed / args.out.resolve().relative_to(committed).parts[0]
@@ -226,10 +227,7 @@ def summarize(runs, keys: list[str], out: Path, write: bool = True) -> list[dict
         by_point.setdefault(tuple(point.items()), []).append((value, done))
     if write:
         out.mkdir(parents=True, exist_ok=True)
-        with open(out / "runs.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=[*keys, "seed", "val_loss", "finished"])
-            writer.writeheader()
-            writer.writerows(rows)
+        folders.write_atomic(out / "runs.csv", _csv(rows, [*keys, "seed", "val_loss", "finished"]))
     summary = []
     for point, runs_here in by_point.items():
         values = [v for v, done in runs_here if done]
@@ -238,10 +236,7 @@ def summarize(runs, keys: list[str], out: Path, write: bool = True) -> list[dict
         summary.append(dict(point, mean=mean, std=std, n=len(values), seeds=len(runs_here),
                             finished=len(values) == len(runs_here)))
     if write:
-        with open(out / "summary.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=[*keys, "mean", "std", "n", "seeds", "finished"])
-            writer.writeheader()
-            writer.writerows(summary)
+        folders.write_atomic(out / "summary.csv", _csv(summary, [*keys, "mean", "std", "n", "seeds", "finished"]))
     lines = ["| " + " | ".join(keys + ["final val loss (mean ± std)", "seeds"]) + " |", "|" + " --- |" * (len(keys) + 2)]
     for s in summary:
         if not s["n"]:
@@ -252,7 +247,7 @@ def summarize(runs, keys: list[str], out: Path, write: bool = True) -> list[dict
         lines.append("| " + " | ".join([str(s[k]) for k in keys] + [cell, str(s["seeds"])]) + " |")
     print("\n".join(lines))
     if write:
-        (out / "summary.md").write_text("\n".join(lines) + "\n")
+        folders.write_atomic(out / "summary.md", ("\n".join(lines) + "\n").encode())
         if len(keys) == 2:
             heatmap(summary, keys, out / "summary.png")
     return summary
@@ -288,8 +283,18 @@ def heatmap(summary: list[dict], keys: list[str], path: Path) -> None:
     ax.set_title("final validation loss (mean over seeds)")
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    png = io.BytesIO()
+    fig.savefig(png, dpi=130, format="png")
     plt.close(fig)
+    folders.write_atomic(path, png.getvalue())
+
+
+def _csv(rows: list[dict], fields: list[str]) -> bytes:
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue().encode()
 
 
 def label_color(rgba) -> str:
@@ -306,4 +311,4 @@ def _sort_key(value: str):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

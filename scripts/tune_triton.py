@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+from errors import UserError
 from model import SIZES
 from optim import _triton_fused
 from scripts.bench_optim import bench, copy_bandwidth
@@ -48,7 +49,7 @@ def main(argv=None):
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or not _triton_fused.available():
-        raise SystemExit("tune_triton needs a CUDA GPU and Triton: the CPU's fused step is not the Triton kernel")
+        raise UserError("tune_triton needs a CUDA GPU and Triton: the CPU's fused step is not the Triton kernel")
 
     device = torch.device("cuda")
     copy_gbps = copy_bandwidth(device, 256 * 2**20, args.repeats)
@@ -80,4 +81,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -134,11 +134,11 @@ def main(argv=None):
     try:
         tokens, vocab = read_tokens(folder / "train.bin")
     except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise UserError(f"{e}") from None
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"error: --device {args.device} but no CUDA GPU is visible; pass --device cpu (slow at GPT-2 Small)")
+        raise UserError(f"--device {args.device} but no CUDA GPU is visible; pass --device cpu (slow at GPT-2 Small)")
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if args.dtype == "bfloat16"
                 else contextlib.nullcontext())
     model = GPT(GPTConfig(block_size=args.block_size, vocab_size=vocab if vocab <= 256 else 64 * math.ceil(vocab / 64),
@@ -199,7 +199,7 @@ def main(argv=None):
                     tol = 1e-3 * lr + 1e-6 * was.abs().max().item()
                     worst_check = max(worst_check, (actual - lr * row.pop("_adamw")).abs().max().item() - tol)
     if worst_check > 0:
-        raise SystemExit(f"the AdamW update computed here differs from torch's AdamW by {worst_check:.3g} beyond rounding")
+        raise UserError(f"the AdamW update computed here differs from torch's AdamW by {worst_check:.3g} beyond rounding")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(out_file(args.out, ".csv"), "w", newline="") as f:
@@ -241,4 +241,4 @@ def plot(grids, params, steps, path):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

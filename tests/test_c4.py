@@ -9,6 +9,7 @@ import pytest
 
 from data.c4 import prepare as c4
 from data.text import load_tokenizer
+from errors import UserError
 from tokens import read_tokens
 
 DOCS = [f"Document {i} says: the {['quick', 'lazy', 'brown'][i % 3]} fox jumps over {i * 3} dogs." for i in range(60)]
@@ -98,10 +99,10 @@ def test_c4_hub_shard_names_and_limits():
     files = c4.hub_files(2, 1)
     assert files == {"train": ["en/c4-train.00000-of-01024.json.gz", "en/c4-train.00001-of-01024.json.gz"],
                      "validation": ["en/c4-validation.00000-of-00008.json.gz"]}
-    with pytest.raises(SystemExit, match="--shards must be in 1..1024"):
+    with pytest.raises(UserError, match="--shards must be in 1..1024"):
         c4.hub_files(0, 1)
 
 
 def test_a_tokenizer_path_that_is_nothing_is_a_clear_error(tmp_path):
-    with pytest.raises(SystemExit, match="neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder"):
+    with pytest.raises(UserError, match="neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder"):
         load_tokenizer(str(tmp_path / "nope"))

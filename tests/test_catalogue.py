@@ -24,7 +24,9 @@ import pytest
 import torch
 
 import checkpoint
+import cli
 import export
+import folders
 import metrics
 import sample
 import train
@@ -46,12 +48,12 @@ def tree(root: Path) -> dict[str, bytes | None]:
 
 
 def run_entry(entry, argv) -> tuple[int, str]:
-    """(exit code, what it printed to stderr) of an entry point called in this process; a SystemExit
-    with a message is printed as Python prints it."""
+    """(exit code, what it printed to stderr) of an entry point called in this process, through the error
+    wrapper every command's ``__main__`` uses (cli.main)."""
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:
-            code = entry([str(a) for a in argv])
+            code = cli.main(entry, [str(a) for a in argv])
         except SystemExit as e:
             if isinstance(e.code, str):
                 print(e.code, file=sys.stderr)
@@ -106,9 +108,9 @@ def train_args(w, **overrides) -> list[str]:
 CASES = [
     # train.py: configuration
     ("unknown key", train.cli, lambda w: [*train_args(w), "--learnig_rate=1e-3"], "did you mean 'learning_rate'"),
-    ("wrong type", train.cli, lambda w: [*train_args(w), "--batch_size=four"], "must be int, got 'four'"),
-    ("negative lr", train.cli, lambda w: [*train_args(w), "--learning_rate=-1"], "learning_rate must be a finite number"),
-    ("space for =", train.cli, lambda w: ["--batch_size", "8"], "needs a value: write --batch_size=VALUE"),
+    ("wrong type", train.cli, lambda w: [*train_args(w), "--batch_size=four"], "must be an integer >= 1, got 'four'"),
+    ("negative lr", train.cli, lambda w: [*train_args(w), "--learning_rate=-1"], "'learning_rate' in the command line must be a finite number >= 0"),
+    ("no value", train.cli, lambda w: ["--batch_size"], "argument --batch_size/--batch-size: expected one argument"),
     ("warmup > decay", train.cli, lambda w: [*train_args(w), "--warmup_iters=9", "--lr_decay_iters=4", "--overwrite=True"],
      "warmup_iters=9 is longer than lr_decay_iters=4"),
     ("min_lr > lr", train.cli, lambda w: [*train_args(w), "--min_lr=1", "--overwrite=True"], "min_lr=1.0 is above"),
@@ -128,7 +130,7 @@ CASES = [
      lambda w: [*train_args(w), f"--data_dir={w['bad']}", "--dataset=nanogpt", "--overwrite=True"], "bad magic"),
     ("overwrite, block too long", train.cli,
      lambda w: [*train_args(w), f"--data_dir={w['bad']}", "--dataset=short", "--overwrite=True"], "too few for block_size"),
-    ("fresh over a run", train.cli, lambda w: train_args(w), "already holds a run"),
+    ("fresh over a run", train.cli, lambda w: train_args(w), "already holds a train.py run"),
     # train.py: resume
     ("resume, other optimizer", train.cli, lambda w: ["--init_from=resume", f"--out_dir={w['run']}", "--optimizer=adamw"],
      "holds a run with optimizer='adams'"),
@@ -152,18 +154,20 @@ CASES = [
     ("sample empty prompt", sample.main, lambda w: [f"--out_dir={w['run']}", "--start="], "the prompt is empty"),
     ("sample no checkpoint", sample.main, lambda w: [f"--out_dir={w['root'] / 'log_only'}"], "no checkpoint in"),
     # export.py
-    ("export over its run", export.main, lambda w: [w["run"], w["run"], "--overwrite"], "is, holds or lies inside the run"),
+    ("export over its run", export.main, lambda w: [w["run"], w["run"], "--overwrite"],
+     "holds a train.py run (finished at iteration 4, with checkpoints), which this command does not make"),
     ("export into its checkpoints", export.main, lambda w: [w["run"], w["run"] / "checkpoints", "--overwrite"],
-     "is, holds or lies inside the run"),
+     "which this command does not make and will not replace"),
     ("export over the run's parent", export.main, lambda w: [w["run"] / "checkpoints" / checkpoint.latest(w["run"]).name,
-                                                              w["root"], "--overwrite"], "is, holds or lies inside the run"),
-    ("export over an export", export.main, lambda w: [w["run"], w["hf"]], "exists and is not empty"),
+                                                              w["root"], "--overwrite"], "will not replace"),
+    ("export over an export", export.main, lambda w: [w["run"], w["hf"]], "holds a Hugging Face model (an export)"),
     ("export from nowhere", export.main, lambda w: [w["root"] / "nowhere", w["root"] / "new_hf"], "neither a run's out_dir"),
     # the sweep
     ("sweep summarize nowhere", sweep.main, lambda w: ["--summarize", "--out", w["root"] / "no_sweep"], "does not exist"),
-    ("sweep jobs 0", sweep.main, lambda w: ["--jobs", "0", "--out", w["root"] / "no_sweep"], "--jobs must be at least 1"),
-    ("sweep nproc 0", sweep.main, lambda w: ["--nproc", "0", "--out", w["root"] / "no_sweep"], "--nproc must be at least 1"),
-    ("sweep missing config", sweep.main, lambda w: [w["root"] / "nope.py", "--out", w["root"] / "no_sweep"], "does not exist"),
+    ("sweep jobs 0", sweep.main, lambda w: ["--jobs", "0", "--out", w["root"] / "no_sweep"], "argument --jobs: must be an integer from 1 to 1024, got '0'"),
+    ("sweep nproc 0", sweep.main, lambda w: ["--nproc", "0", "--out", w["root"] / "no_sweep"], "argument --nproc: must be an integer from 1 to 1024, got '0'"),
+    ("sweep missing config", sweep.main, lambda w: [w["root"] / "nope.py", "--out", w["root"] / "no_sweep"],
+     "argument configs: must be an existing file"),
     ("sweep bad grid", sweep.main, lambda w: ["--grid", "learning_rate", "--out", w["root"] / "no_sweep"], "write KEY=V1,V2"),
     ("sweep bad scale", sweep.main, lambda w: ["--grid", "seed=1", "--set", "min_lr=0.1*lr", "--out", w["root"] / "no_sweep"],
      "is not a --grid key"),
@@ -175,7 +179,7 @@ CASES = [
     ("prepare not JSON", owt_prepare.main, lambda w: ["--input", w["root"] / "docs/bad.jsonl", "--out", w["root"] / "prep"],
      "is not JSON lines"),
     ("prepare missing input", owt_prepare.main, lambda w: ["--input", w["root"] / "docs/none.jsonl", "--out", w["root"] / "prep"],
-     "no such file"),
+     "argument --input: must be an existing file, got"),
 ]
 
 
@@ -290,19 +294,19 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_dead_ones_lock_blocks
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=4, eval_interval=2)
     args = [sys.executable, "train.py", *cli_args(cfg)]
     (tmp_path / "run").mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, checkpoint; lock = checkpoint.RunLock(sys.argv[1]);"
-                               " print('held', flush=True); time.sleep(60)", cfg.out_dir], cwd=REPO, stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, folders; lock = folders.Lock(sys.argv[1], 'train.py');"
+                               " lock.acquire('--out_dir'); print('held', flush=True); time.sleep(60)", cfg.out_dir], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        before = tree(tmp_path / "run")
+        before = tree(tmp_path)
         second = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
-        assert_one_error_line(second.returncode, second.stderr, f"is in use by another run (process {holder.pid} on")
-        assert tree(tmp_path / "run") == before
+        assert_one_error_line(second.returncode, second.stderr, f"is in use by another command (train.py, process {holder.pid} on")
+        assert tree(tmp_path) == before
     finally:
         holder.kill()  # SIGKILL: the kernel drops its lock, and the file stays behind
         holder.wait()
-    assert (tmp_path / "run" / checkpoint.LOCK).exists()
+    assert folders.lock_path(tmp_path / "run").exists()
     assert subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300).returncode == 0
 
 

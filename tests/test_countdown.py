@@ -25,6 +25,7 @@ from data.countdown.task import (
     score,
     splits,
 )
+from errors import UserError
 from tokens import read_tokens
 
 
@@ -302,7 +303,7 @@ def test_grpo_refuses_to_replace_a_finished_run_and_leaves_it_as_it_was(tiny_pol
     (out / "metrics.jsonl").write_text('{"kind": "eval", "step": 0, "test_reward": 0.5, "test_accuracy": 0.0}\n')
     (out / "run.json").write_text(json.dumps(dict(optimizer="adams", seed=1, lr=1e-4, steps=2, done=True)))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    with pytest.raises(SystemExit, match="holds a finished GRPO run.*--overwrite"):
+    with pytest.raises(UserError, match="holds a finished GRPO run.*--overwrite"):
         grpo.main([str(tiny_policy / "hf"), "--steps", "1", "--data", str(tiny_policy / "data"), "--out", str(out)])
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
@@ -330,19 +331,23 @@ def test_grpo_refuses_a_model_it_cannot_use_in_one_line(case, tiny_policy, tmp_p
     else:
         model = tmp_path / "nowhere" / "model"
         expected = "does not exist"
-    with pytest.raises(SystemExit, match=expected):
+    with pytest.raises(UserError, match=expected):
         grpo.main([str(model), *args])
     assert not (tmp_path / "out").exists()  # nothing was written
 
 
 def test_grpo_refuses_a_folder_another_live_run_is_writing(tiny_policy, tmp_path):
-    import checkpoint
+    import folders
     from scripts import grpo
 
     out = tmp_path / "busy"
-    out.mkdir()
-    with checkpoint.RunLock(out), pytest.raises(SystemExit, match="is in use by another run"):
-        grpo.main([str(tiny_policy / "hf"), "--steps", "1", "--prompts", "2", "--generations", "2",
-                   "--max-completion-length", "4", "--test-problems", "2", "--data", str(tiny_policy / "data"),
-                   "--out", str(out)])
-    assert sorted(p.name for p in out.iterdir()) == [checkpoint.LOCK]  # nothing written beside the holder's lock
+    lock = folders.Lock(out, "another command")
+    lock.acquire("--out")
+    try:
+        with pytest.raises(UserError, match=r"is in use by another command \(another command, process"):
+            grpo.main([str(tiny_policy / "hf"), "--steps", "1", "--prompts", "2", "--generations", "2",
+                       "--max-completion-length", "4", "--test-problems", "2", "--data", str(tiny_policy / "data"),
+                       "--out", str(out)])
+    finally:
+        lock.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, the holder's lock gone with it

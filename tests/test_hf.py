@@ -132,9 +132,14 @@ def test_hf_to_ours_to_hf_is_the_identity(tmp_path):
 def test_export_refuses_to_overwrite_and_says_why(byte_run, tmp_path, capsys):
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "keep.txt").write_text("mine")
-    assert export.main([str(byte_run.out_dir), str(tmp_path / "hf")]) == 2
-    assert "exists and is not empty" in capsys.readouterr().err
-    assert (tmp_path / "hf" / "keep.txt").read_text() == "mine"
+    for overwrite in ([], ["--overwrite"]):  # what is not an export is never replaced
+        assert export.main([str(byte_run.out_dir), str(tmp_path / "hf"), *overwrite]) == 2
+        assert "will not replace; choose another HF_DIR" in capsys.readouterr().err
+        assert (tmp_path / "hf" / "keep.txt").read_text() == "mine"
+    export.export(byte_run.out_dir, tmp_path / "hf1")
+    assert export.main([str(byte_run.out_dir), str(tmp_path / "hf1")]) == 2  # an export: only with --overwrite
+    assert "holds a Hugging Face model (an export); choose another HF_DIR, or pass --overwrite" in capsys.readouterr().err
+    assert export.main([str(byte_run.out_dir), str(tmp_path / "hf1"), "--overwrite"]) == 0
     assert export.main([str(tmp_path / "nowhere"), str(tmp_path / "hf2")]) == 2
     assert "neither a run's out_dir nor a checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "hf2").exists()

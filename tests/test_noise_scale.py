@@ -10,6 +10,7 @@ import torch
 import checkpoint
 import dataset
 import train
+from errors import UserError
 from optim import AdamS
 from scripts import noise_scale as ns
 from tests.conftest import tiny_config
@@ -173,5 +174,5 @@ def test_on_a_real_run_the_measured_update_is_the_step_the_run_took(data_dir, tm
         assert (r["iter"], r["tensor"]) == (r_b2["iter"], r_b2["tensor"])
         assert r_b2["adamw_update_sq"] == pytest.approx(r["adamw_update_sq"], rel=1e-12)
     assert any(r_b2["adams_update_sq"] != pytest.approx(r["adams_update_sq"]) for r, r_b2 in zip(rows, rows_b2))
-    with pytest.raises(SystemExit):
+    with pytest.raises(UserError):
         ns.main([str(cfg.out_dir), "--adams_beta2", "1.0"])

@@ -8,6 +8,7 @@ import pytest
 
 from data import text
 from data.openwebtext import prepare as owt
+from errors import UserError
 from tokens import read_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,9 +85,9 @@ def test_interrupted_run_leaves_no_complete_looking_output(inputs, tmp_path, mon
 
 def test_missing_text_field_and_missing_file_are_clear(tmp_path):
     (tmp_path / "x.jsonl").write_text(json.dumps({"body": "hi"}) + "\n")
-    with pytest.raises(SystemExit, match="no 'text' field"):
+    with pytest.raises(UserError, match="no 'text' field"):
         owt.load_local([tmp_path / "x.jsonl"])
-    with pytest.raises(SystemExit, match="no such file"):
+    with pytest.raises(UserError, match="no such file"):
         owt.load_local([tmp_path / "nope.parquet"])
 
 

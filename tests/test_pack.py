@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import metrics
+from errors import UserError
 from scripts import lr_transfer, pack, plot_curves, sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,35 +124,37 @@ def test_pack_mistakes_change_nothing(scan, tmp_path):
         return {p.as_posix(): p.read_bytes() for p in Path("results").rglob("*") if p.is_file()}
 
     # a run still writing: its lock is held by another process
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); import checkpoint; "
-                               "l = checkpoint.RunLock(sys.argv[2]); print('held', flush=True); time.sleep(60)",
-                               str(REPO), str(scan / "adams" / "learning_rate=1e-3_seed=1")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); import folders; "
+                               "l = folders.Lock(sys.argv[2], 'train.py'); l.acquire('--out_dir'); print('held', flush=True); "
+                               "time.sleep(60)", str(REPO), str(scan / "adams" / "learning_rate=1e-3_seed=1")],
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         state = world()
-        with pytest.raises(SystemExit, match="still being written by process"):
+        with pytest.raises(UserError, match="still being written by train.py, process"):
             pack.main([str(scan)])
         assert world() == state
     finally:
         holder.kill()
         holder.wait()
-    (scan / "adams" / "learning_rate=1e-3_seed=1" / ".lock").unlink()
+    assert (scan / "adams" / ".learning_rate=1e-3_seed=1.lock").exists()  # a killed holder's lock stays: packing skips it
 
     state = world()
     cases = [
-        (["results/runs/nope"], "is not a folder"),
-        ([str(scan), "results/runs/nope"], "nope is not a folder"),  # checked before the first is packed
+        (["results/runs/nope"], "must be an existing file or folder, got 'results/runs/nope'"),
+        ([str(scan), "results/runs/nope"], "got 'results/runs/nope'"),  # checked before the first is packed
+        ([str(scan / "adams" / "summary.md")], "summary.md is not a folder"),
         (["--unpack", str(scan)], "is not a packed scan"),
         (["--out", "x", str(scan)], "--out names where one archive is unpacked"),
-        (["--unpack", "--check", "x.zip"], "two different jobs"),
+        (["--unpack", "--check", str(scan)], "two different jobs"),
     ]
     for argv, message in cases:
-        with pytest.raises(SystemExit, match=message):
+        with pytest.raises(UserError, match=message):
             pack.main(argv)
         assert world() == state, argv
 
     (scan / "adamw" / "ckpt.pt").write_bytes(b"weights")
-    with pytest.raises(SystemExit, match="holds checkpoints"):
+    with pytest.raises(UserError, match="holds checkpoints"):
         pack.main([str(scan)])
     (scan / "adamw" / "ckpt.pt").unlink()
 
@@ -159,20 +162,20 @@ def test_pack_mistakes_change_nothing(scan, tmp_path):
     pack.unpack(archive, None)
     (scan / "adams" / "summary.md").unlink()  # the folder lacks a file the archive has: packing would lose it
     state = world()
-    with pytest.raises(SystemExit, match="holds 1 files that .* lacks"):
+    with pytest.raises(UserError, match="holds 1 files that .* lacks"):
         pack.main([str(scan)])
-    with pytest.raises(SystemExit, match="already exists and is not empty"):
+    with pytest.raises(UserError, match="already exists and is not empty"):
         pack.main(["--unpack", str(archive)])
     assert world() == state
 
     bad = Path("bad.zip")
     with zipfile.ZipFile(bad, "w") as zf:
         zf.writestr("../escape.txt", "x")
-    with pytest.raises(SystemExit, match="member outside its folder"):
+    with pytest.raises(UserError, match="member outside its folder"):
         pack.main(["--unpack", str(bad), "--out", "elsewhere"])
     assert not Path("escape.txt").exists() and not Path("elsewhere").exists()
     bad.write_bytes(b"not a zip")
-    with pytest.raises(SystemExit, match="not a readable archive"):
+    with pytest.raises(UserError, match="not a readable archive"):
         pack.main(["--check", str(bad)])
 
 

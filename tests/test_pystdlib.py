@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from data.pystdlib.prepare import encoded, prepare, source_files
+from errors import UserError
 from tests.test_openwebtext import gpt2_or_skip, tiny_encoding
 from tokens import read_tokens
 
@@ -43,7 +44,7 @@ def test_train_every_keeps_every_nth_training_file_and_all_validation(tmp_path):
 
 def test_train_every_below_one_is_refused(tmp_path):
     fake_stdlib(tmp_path / "lib")
-    with pytest.raises(SystemExit, match="keeps no training file"):
+    with pytest.raises(UserError, match="keeps no training file"):
         prepare(tmp_path / "out", tmp_path / "lib", quiet=True, train_every=0)
     assert not (tmp_path / "out").exists()
 

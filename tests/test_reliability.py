@@ -274,11 +274,11 @@ def test_catalogue_unknown_key_in_a_config_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("--learning_rate=-1", "learning_rate must be a finite number >= 0"),
-    ("--beta1=1.0", "beta1 must be in [0, 1)"),
-    ("--eps=-1e-8", "eps must be a finite number >= 0"),
-    ("--optimizer=adamz", "optimizer='adamz' is not one of"),
-    ("--batch_size=1.5", "must be int, got 1.5"),
+    ("--learning_rate=-1", "'learning_rate' in the command line must be a finite number >= 0, got -1.0"),
+    ("--beta1=1.0", "'beta1' in the command line must be a number in [0, 1), got 1.0"),
+    ("--eps=-1e-8", "'eps' in the command line must be a finite number >= 0"),
+    ("--optimizer=adamz", "must be one of adamw, adams, lion, adam_mini, sgd, adagrad, rmsprop, got 'adamz'"),
+    ("--batch_size=1.5", "must be an integer >= 1, got 1.5"),
 ])
 def test_catalogue_invalid_values(arg, message, data_dir, tmp_path, capsys):
     code, err = run_cli([*base_args(data_dir, tmp_path / "out"), arg], capsys)
@@ -365,6 +365,6 @@ def test_catalogue_fresh_run_over_an_existing_one_needs_overwrite(data_dir, tmp_
     out = tmp_path / "out"
     assert run_cli(base_args(data_dir, out), capsys)[0] == 0
     code, err = run_cli(base_args(data_dir, out), capsys)
-    assert code == 2 and "already holds a run" in err and "--overwrite=True" in err
+    assert code == 2 and "already holds a train.py run" in err and "--overwrite=True" in err
     assert run_cli([*base_args(data_dir, out), "--overwrite=True"], capsys)[0] == 0
     assert [r["iter"] for r in read_metrics(out)[0]] == [1, 2]  # the old log was replaced, not appended to

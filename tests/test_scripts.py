@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from errors import UserError
 from scripts import (
     bench_memory,
     bench_optim,
@@ -152,9 +153,9 @@ def test_sweep_pins_each_runs_threads(tmp_path, monkeypatch):
 
 def test_sweep_refuses_a_missing_config_before_running_anything(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("nothing should run"))
-    with pytest.raises(SystemExit, match="config file 'config/nope.py' does not exist"):
+    with pytest.raises(UserError, match="argument configs: must be an existing file, got 'config/nope.py'"):
         sweep.main(["config/nope.py", "--grid", "learning_rate=1e-3", "--out", str(tmp_path / "out")])
-    with pytest.raises(SystemExit, match="config file 'config/typo.py' does not exist"):
+    with pytest.raises(UserError, match="config file 'config/typo.py' does not exist"):
         sweep.main(["--grid", "config=config/repro/cpu_adams.py,config/typo.py", "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
@@ -162,7 +163,7 @@ def test_sweep_refuses_a_missing_config_before_running_anything(tmp_path, monkey
 def test_sweep_exits_nonzero_when_a_run_fails_and_says_where_to_look(tmp_path, monkeypatch):
     codes = iter([0, 2])
     monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: type("Done", (), {"returncode": next(codes)})())
-    with pytest.raises(SystemExit, match=r"1 of 2 runs failed; the last lines of .*learning_rate=2e-3_seed=1337.*train.log"):
+    with pytest.raises(UserError, match=r"1 of 2 runs failed; the last lines of .*learning_rate=2e-3_seed=1337.*train.log"):
         sweep.main(["--grid", "learning_rate=1e-3,2e-3", "--out", str(tmp_path)])
     assert "| 2e-3 | not finished | 1 |" in (tmp_path / "summary.md").read_text()  # tabulated before exiting
 
@@ -187,7 +188,7 @@ def test_sweep_set_scales_a_grid_key(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert "--learning_rate=1e-3 --min_lr=0.0001 --max_iters=5" in lines[0]
     assert "--learning_rate=4e-3 --min_lr=0.0004 --max_iters=5" in lines[1]
-    with pytest.raises(SystemExit, match="'beta1' is not a --grid key"):
+    with pytest.raises(UserError, match="'beta1' is not a --grid key"):
         sweep.main(["--grid", "learning_rate=1e-3", "--set", "min_lr=0.1*beta1", "--out", str(tmp_path), "--print-commands"])
 
 
@@ -218,7 +219,7 @@ def test_plot_curves_minus_panel_subtracts_the_named_curve(sweep_out, tmp_path):
     assert other and all(r["minus"] == pytest.approx(r["mean"] - mean["0.95", r["x"]]) for r in other)
     assert any(r["minus"] != 0.0 for r in other)  # the two betas did train differently
     assert "minus" in (tmp_path / "c.csv").read_text().splitlines()[0]
-    with pytest.raises(SystemExit, match="names no curve; the curves are: '0.95'; '0.999'"):
+    with pytest.raises(UserError, match="names no curve; the curves are: '0.95'; '0.999'"):
         plot_curves.main([*runs, "--group", "beta2", "--minus", "0.9", "--out", str(tmp_path / "d")])
     assert not (tmp_path / "d.png").exists()
 
@@ -232,7 +233,7 @@ def test_plot_curves_gives_a_setting_newer_than_the_run_its_default(sweep_out, t
     (old / "config.json").write_text(json.dumps(saved))
     rows = plot_curves.main([str(old), "--group", "beta2", "embedding_lr_scale", "--out", str(tmp_path / "c")])
     assert {r["group"] for r in rows} == {"beta2=0.95, embedding_lr_scale=1.0"}
-    with pytest.raises(SystemExit, match="has no key 'no_such_key'"):
+    with pytest.raises(UserError, match="has no key 'no_such_key'"):
         plot_curves.main([str(old), "--group", "no_such_key", "--out", str(tmp_path / "c")])
 
 
@@ -283,7 +284,7 @@ def test_kernel_cycles_times_each_kernel_and_refuses_a_bad_revision(capsys):
     assert {(r["dtype"], r["kernel"]) for r in rows} == {(d, k) for d in ("float32", "bfloat16")
                                                           for k in ("adams", "lion", "no-math")}
     assert all(r["ns_per_element"] > 0 and r["revision"] == "this tree" for r in rows)
-    with pytest.raises(SystemExit, match="cannot read optim/_cpu_kernels.cpp at revision 'no-such-rev'"):
+    with pytest.raises(UserError, match="cannot read optim/_cpu_kernels.cpp at revision 'no-such-rev'"):
         kernel_cycles.main(["--against", "no-such-rev"])
 
 
@@ -507,7 +508,7 @@ def test_lr_transfer_refuses_a_grid_at_two_embedding_multiples(tmp_path):
     runs = [fake_run(tmp_path / f"adams_{scale}", "adams", 1e-3, 2.0, embedding_lr_scale=scale) for scale in (20.0, 40.0)]
     runs.append(fake_run(tmp_path / "adamw", "adamw", 4e-3, 2.0, embedding_lr_scale=1.0))
     out = tmp_path / "t"
-    with pytest.raises(SystemExit, match="the adams runs at 1,000 params.* mix embedding_lr_scale 20, 40"):
+    with pytest.raises(UserError, match="the adams runs at 1,000 params.* mix embedding_lr_scale 20, 40"):
         lr_transfer.main([*map(str, runs), "--out", str(out)])
     assert not any(tmp_path.glob("t*"))  # nothing written
     points, _ = lr_transfer.main([str(runs[0]), str(runs[2]), "--out", str(out)])
@@ -517,7 +518,7 @@ def test_lr_transfer_refuses_a_grid_at_two_embedding_multiples(tmp_path):
 def test_lr_transfer_refuses_a_grid_on_two_datasets(tmp_path):
     # the same grid on the full corpus and on a quarter of it would be averaged as seeds of one point
     runs = [fake_run(tmp_path / f"adamw_{d}", "adamw", 4e-3, 2.0, dataset=d) for d in ("pystdlib", "pystdlib_q4")]
-    with pytest.raises(SystemExit, match="the adamw runs at 1,000 params.* mix dataset pystdlib, pystdlib_q4; their losses"):
+    with pytest.raises(UserError, match="the adamw runs at 1,000 params.* mix dataset pystdlib, pystdlib_q4; their losses"):
         lr_transfer.main([*map(str, runs), "--out", str(tmp_path / "t")])
     assert not any(tmp_path.glob("t*"))
 
@@ -535,7 +536,7 @@ def test_lr_transfer_matched_seeds_keeps_each_grid_on_its_shared_seeds(tmp_path)
     assert rows[0]["adamw_fitted_lr"] == pytest.approx(4e-3)
     # a grid whose points share no seed at all is refused, naming it, and nothing is written
     lone = fake_run(tmp_path / "s_1e-3_1", "adams", 1e-3, 2.0, seed=1), fake_run(tmp_path / "s_2e-3_2", "adams", 2e-3, 2.0, seed=2)
-    with pytest.raises(SystemExit, match="the adams grid at 1,000 params, 2,048 tokens/step, 10 steps has no seed"):
+    with pytest.raises(UserError, match="the adams grid at 1,000 params, 2,048 tokens/step, 10 steps has no seed"):
         lr_transfer.main([*map(str, runs + list(lone)), "--matched-seeds", "--out", str(tmp_path / "none")])
     assert not any(tmp_path.glob("none*"))
 
@@ -604,7 +605,7 @@ def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
             for i, r in enumerate(ratios):  # the whole model's row must not be the one read
                 writer.writerow(dict(run="p", iter=i, tensor="body", measured_ratio=r, adams_beta2=beta2))
                 writer.writerow(dict(run="p", iter=i, tensor="all", measured_ratio=100.0, adams_beta2=beta2))
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         beta2_lr.main(["--lr", "results/missing"], root=tmp_path)
     table = beta2_lr.main([], root=tmp_path)
     assert [(t["beta1"], t["beta2"]) for t in table] == [(0.9, 0.95), (0.9, 0.99), (0.95, 0.95)]
@@ -680,12 +681,12 @@ def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_rati
     assert math.isnan(lr_ratio.crossing(dict(carry=("<", 0.33, math.nan)))) and math.isnan(lr_ratio.crossing(dict(carry=None)))
     assert (tmp_path / "out/lr_ratio.png").stat().st_size > 0  # the default: under out/, never into results/
     assert (tmp_path / "out/lr_ratio_tokens.png").stat().st_size > 0
-    with pytest.raises(SystemExit, match="results/missing.csv does not exist"):
+    with pytest.raises(UserError, match="results/missing.csv does not exist"):
         lr_ratio.main([], root=tmp_path, scans=(("results/missing.csv", "x", "y"),), rbar=rbar)
-    with pytest.raises(SystemExit, match="noise_other.csv has no run 'w'"):
+    with pytest.raises(UserError, match="noise_other.csv has no run 'w'"):
         lr_ratio.main([], root=tmp_path, scans=scans, rbar=(((1000, 2048, 10, (0.9, 0.95)), "results/analysis/noise_other.csv", "w"),))
     (tmp_path / "results/t_points.csv").unlink()
-    with pytest.raises(SystemExit, match="t_points.csv does not exist; lr_transfer writes it"):
+    with pytest.raises(UserError, match="t_points.csv does not exist; lr_transfer writes it"):
         lr_ratio.main([], root=tmp_path, scans=scans, rbar=rbar)
 
 
@@ -786,7 +787,7 @@ def test_optimum_drift_follows_each_optimum_over_run_length(tmp_path, capsys, op
     assert (tmp_path / "drift.png").stat().st_size > 0
     # a model at one run length has nothing to drift over: a clear error, not an empty table
     scans, rbar = parabola_scans(tmp_path / "one")
-    with pytest.raises(SystemExit, match="no model was scanned at two or more run lengths"):
+    with pytest.raises(UserError, match="no model was scanned at two or more run lengths"):
         optimum_drift.main(["--out", str(tmp_path / "none")], root=tmp_path / "one", scans=scans, rbar=rbar)
 
 
@@ -856,7 +857,7 @@ def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, 
     assert "| t | 0.001M, 10 steps × 2,048 tok | 0.25 |" in capsys.readouterr().out
     assert (tmp_path / "named.png").is_file()
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
-    with pytest.raises(SystemExit, match="other.csv is not a table scripts/lr_transfer.py wrote"):
+    with pytest.raises(UserError, match="other.csv is not a table scripts/lr_transfer.py wrote"):
         lr_ratio.main(["--tables", str(tmp_path / "other.csv"), "--out", str(tmp_path / "nothing")], rbar=())
     assert not (tmp_path / "nothing.png").exists()
 
@@ -910,7 +911,7 @@ def test_embedding_lr_puts_each_optimizers_embedding_on_adamws_lr_scale(tmp_path
     write_noise_csv(noise, [("transformer.wte.weight", 1.5), ("transformer.wte.weight", "nan"), ("body", 3.0)])
     assert embedding_lr.embedding_ratios(noise) == {"a": pytest.approx(1.5)}
     write_noise_csv(tmp_path / "bad.csv", [("body", 3.0)])
-    with pytest.raises(SystemExit, match="no measured ratio for the token embedding"):
+    with pytest.raises(UserError, match="no measured ratio for the token embedding"):
         embedding_lr.embedding_ratios(tmp_path / "bad.csv")
 
     runs = [fake_run(tmp_path / "w1", "adamw", 2e-3, 3.0),  # made before embedding_lr_scale existed: scale 1
@@ -931,7 +932,7 @@ def test_embedding_lr_puts_each_optimizers_embedding_on_adamws_lr_scale(tmp_path
     assert matched[0]["adamw_val_loss"] == pytest.approx(2.97075, abs=1e-5)
     assert matched[0]["difference"] == pytest.approx(3.1 - 2.97075, abs=1e-5)
     assert "mean difference +0.129 over 1 runs" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="more than one embedding_lr_scale"):
+    with pytest.raises(UserError, match="more than one embedding_lr_scale"):
         embedding_lr.main([str(runs[-1]), "--noise", str(noise), "--out", str(tmp_path / "f")])
 
 
@@ -944,7 +945,7 @@ def test_embedding_lr_fits_r_emb_growing_with_the_embeddings_lr(tmp_path, capsys
     k, p = embedding_lr.ratio_law([(1e-3, 2.0), (4e-3, 4.0)])
     assert embedding_lr.effective_lr(1e-3, k, p) == pytest.approx(4e-3)
     assert embedding_lr.effective_lr(5e-4, k, p) == pytest.approx(1e-3)
-    with pytest.raises(SystemExit, match="no lr of AdamW's matches"):
+    with pytest.raises(UserError, match="no lr of AdamW's matches"):
         embedding_lr.ratio_law([(1e-3, 1.0), (2e-3, 4.0)])  # R_emb growing as a²: AdamS always runs ahead
 
     root = tmp_path / "runs"
@@ -961,7 +962,7 @@ def test_embedding_lr_fits_r_emb_growing_with_the_embeddings_lr(tmp_path, capsys
     # s1 sits on w1 (3.1 - 3.0) and s2 on w4 (2.9 - 2.8)
     assert "mean difference +0.100 over 2 runs" in capsys.readouterr().out
     write_noise_csv(tmp_path / "n4.csv", [("embedding", 4.0)], run="elsewhere/w4")
-    with pytest.raises(SystemExit, match="cannot find the measured run 'elsewhere/w4'"):
+    with pytest.raises(UserError, match="cannot find the measured run 'elsewhere/w4'"):
         embedding_lr.main([str(s1), str(s2), str(w1), str(w4), "--noise", str(tmp_path / "n1.csv"),
                            str(tmp_path / "n4.csv"), "--out", str(tmp_path / "e")])
 
@@ -1032,7 +1033,7 @@ def test_tune_triton_settings_are_the_warp_counts_triton_accepts():
 def test_tune_triton_refuses_clearly_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is here; the refusal is for machines without one")
-    with pytest.raises(SystemExit, match="needs a CUDA GPU and Triton"):
+    with pytest.raises(UserError, match="needs a CUDA GPU and Triton"):
         from scripts.tune_triton import main
 
         main([])
@@ -1176,19 +1177,19 @@ def test_step_matched_reads_adams_on_adamws_grid_at_lr_times_rbar(tmp_path):
 def test_step_matched_refuses_bad_input(tmp_path):
     w = _fake_run(tmp_path, "adamw", 1e-3, 1, {10: 3.0})
     s = _fake_run(tmp_path, "adams", 1e-3, 1, {10: 3.0, 20: 2.0})
-    with pytest.raises(SystemExit, match="--rbar must be a positive ratio"):
+    with pytest.raises(UserError, match="--rbar must be a positive ratio"):
         step_matched.main([str(w), str(s), "--rbar", "0", "--out", str(tmp_path / "m")])
-    with pytest.raises(SystemExit, match="no adams run among the given folders"):
+    with pytest.raises(UserError, match="no adams run among the given folders"):
         step_matched.main([str(w), "--rbar", "3", "--out", str(tmp_path / "m")])
-    with pytest.raises(SystemExit, match="not every run has an evaluation at step 20; steps all share: 10"):
+    with pytest.raises(UserError, match="not every run has an evaluation at step 20; steps all share: 10"):
         step_matched.main([str(w), str(s), "--rbar", "3", "--at", "20", "--out", str(tmp_path / "m")])
-    with pytest.raises(SystemExit, match="is not a run folder"):
+    with pytest.raises(UserError, match="is not a run folder"):
         step_matched.main([str(tmp_path), "--rbar", "3", "--out", str(tmp_path / "m")])
     longer = _fake_run(tmp_path, "adams", 2e-3, 1, {10: 3.0})
     saved = json.loads((longer / "config.json").read_text())
     saved["config"]["max_iters"] = 10_000  # another run length: not comparable
     (longer / "config.json").write_text(json.dumps(saved))
-    with pytest.raises(SystemExit, match="differ in max_iters .* compare runs of one setting at a time"):
+    with pytest.raises(UserError, match="differ in max_iters .* compare runs of one setting at a time"):
         step_matched.main([str(w), str(s), str(longer), "--rbar", "3", "--out", str(tmp_path / "m")])
     assert not (tmp_path / "m.csv").exists()
 
@@ -1205,9 +1206,9 @@ def test_repetition_reads_one_setting_of_a_points_table(tmp_path):
     points.write_text("params,batch_tokens,steps,betas,optimizer,lr,n,mean,std\n" + "".join(
         f'7,2048,{steps},"(0.9, 0.95)",{opt},{lr},2,{mean},0.01\n' for opt, steps, lr, mean in rows))
     assert repetition.grid(points, 7, 100) == {"adamw": {4e-3: (1.5, 0.01)}, "adams": {1e-3: (1.4, 0.01), 2e-3: (1.3, 0.01)}}
-    with pytest.raises(SystemExit, match="no AdamW and AdamS grids at 7 parameters and 200 steps"):
+    with pytest.raises(UserError, match="no AdamW and AdamS grids at 7 parameters and 200 steps"):
         repetition.grid(points, 7, 200)
-    with pytest.raises(SystemExit, match="missing"):
+    with pytest.raises(UserError, match="missing"):
         repetition.grid(tmp_path / "none.csv", 7, 100)
 
 
@@ -1237,7 +1238,7 @@ def test_run_length_pairs_finished_runs_by_seed_at_shared_evaluations(tmp_path):
     assert (p["seed"], p["steps"], p["tokens_per_param"]) == (1, 200, 100.0)
     assert p["iters"] == [100, 200] and p["diff"] == [-0.5, 0.25]
     assert run_length.pairs(tmp_path / "w", "2e-3") == []
-    with pytest.raises(SystemExit, match="no finished AdamS/AdamW pair at learning_rate=2e-3"):
+    with pytest.raises(UserError, match="no finished AdamS/AdamW pair at learning_rate=2e-3"):
         run_length.main(["--lr", "2e-3", "--lengths", str(tmp_path / "w"), "--out", str(tmp_path / "o")])
     run_length.main(["--lengths", str(tmp_path / "w"), "--out", str(tmp_path / "o")])
     rows = (tmp_path / "o.csv").read_text().splitlines()
@@ -1272,9 +1273,9 @@ def test_seed_bootstrap_refits_the_ratio_over_every_draw_of_seeds(tmp_path, caps
     # a seed AdamS ran at every lr but AdamW did not: the draws would pair unlike seeds, so it refuses
     extra = [fake_run(tmp_path / "runs" / f"adams_{lr}_3", "adams", lr, 2.0, seed=3)
              for lr in (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
-    with pytest.raises(SystemExit, match="differ; the bootstrap draws seeds for both together"):
+    with pytest.raises(UserError, match="differ; the bootstrap draws seeds for both together"):
         seed_bootstrap.main([*map(str, runs + extra), "--out", str(tmp_path / "boot2")])
-    with pytest.raises(SystemExit, match="only seed 1 ran every lr of both grids"):
+    with pytest.raises(UserError, match="only seed 1 ran every lr of both grids"):
         seed_bootstrap.main([*(str(r) for r in runs if r.name.endswith("_1")), "--out", str(tmp_path / "boot3")])
 
 
@@ -1303,11 +1304,11 @@ def test_rerun_compares_shared_evaluations_and_the_seed_spread(tmp_path, capsys)
     assert r["seed_std"] == pytest.approx((0.0, math.sqrt(2)))
     rerun.main([str(first), str(again), "--from", "200"])
     assert "3 shared evaluations (to step 300): |difference| mean 0.3333, max 0.5000, max from step 200 0.2500" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="share no evaluation after step 0"):
+    with pytest.raises(UserError, match="share no evaluation after step 0"):
         rerun.compare(first, run("other", {0: 5.0, 50: 3.0}), [])
-    with pytest.raises(SystemExit, match="has no metrics.jsonl"):
+    with pytest.raises(UserError, match="has no metrics.jsonl"):
         rerun.compare(first, tmp_path / "missing", [])
-    with pytest.raises(SystemExit, match="past the last evaluation both runs made"):
+    with pytest.raises(UserError, match="past the last evaluation both runs made"):
         rerun.compare(first, again, [], start=400)
 
 
@@ -1343,9 +1344,9 @@ def test_val_windows_scores_a_checkpoint_on_each_seeds_validation_windows(data_d
     expected = (tokens[1:101].astype(float)).mean()
     assert val_windows.full_loss(MeanTarget(), tokens, block=10, batch=3) == pytest.approx(expected)
 
-    with pytest.raises(SystemExit, match="neither a checkpoint file nor a run folder with checkpoints"):
+    with pytest.raises(UserError, match="neither a checkpoint file nor a run folder with checkpoints"):
         val_windows.main([str(tmp_path), "--out", str(tmp_path / "x")])
-    with pytest.raises(SystemExit, match="is not a list of seeds"):
+    with pytest.raises(UserError, match="is not a list of seeds"):
         val_windows.main([str(out), "--seeds", "a-b", "--out", str(tmp_path / "x")])
 
 
@@ -1358,7 +1359,7 @@ def test_crossing_fit_standard_errors_match_a_two_by_two_worked_by_hand(crossing
     f = crossing_fit.fit(2.0**x1, 2.0**x2, 2.0**y)
     assert f["coef"] == pytest.approx([1, 0.5, 0.25]) and f["n"] == 4
     assert f["sd"] == pytest.approx(2 * e) and f["se"] == pytest.approx([math.sqrt(3) * e, 2 * e, 2 * e])
-    with pytest.raises(SystemExit, match="four or more"):
+    with pytest.raises(UserError, match="four or more"):
         crossing_fit.fit(2.0**x1[:3], 2.0**x2[:3], 2.0**y[:3])
 
 
@@ -1397,7 +1398,7 @@ def test_crossing_fit_check_places_a_new_setting_in_sd_of_a_prediction_worked_by
     assert f"| {2 ** (1.75 + sd):.2f} | 3.36 | {2 ** (1.75 - sd):.2f}-{2 ** (1.75 + sd):.2f} | " in out and "| +1.0 | 3, 3 |" in out
     assert f"| < {below:+.1f} | 3, 3 |" in out  # how far the bound sits, in sd, and on which side
     assert "| < 0.20 | 3.36 |" in out and "| 25 (below the fit's range) |" in out
-    with pytest.raises(SystemExit, match="no lr_transfer table at"):
+    with pytest.raises(UserError, match="no lr_transfer table at"):
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--check", str(tmp_path / "missing.csv")])
 
 
@@ -1417,7 +1418,7 @@ def test_seed_spread_takes_the_median_sd_at_each_grids_three_best_points_worked_
     assert (row["adamw_seeds"], row["adams_seeds"]) == (3, 2) and row["tpp"] == pytest.approx(200)
     assert "| toy | 1,000 | 100 | 200 | 0.020 | 0.040 * | 3, 2 |" in capsys.readouterr().out
     (tmp_path / "lr_transfer_toy_points.csv").unlink()
-    with pytest.raises(SystemExit, match="lr_transfer_toy_points.csv does not exist"):
+    with pytest.raises(UserError, match="lr_transfer_toy_points.csv does not exist"):
         seed_spread.main([str(table)])
 
 
@@ -1476,7 +1477,7 @@ def test_crossing_fit_recovers_an_exact_power_law_and_solves_for_crossing_one(mo
     assert "1M parameters: the fit puts crossing 1 at 64 tokens per parameter (64-64 at ± 1 sd; an extrapolation" in out
     assert "left out, the curves not crossing where both grids ran: 33K at 256 tokens per parameter (< 0.20)" in out
     assert out.count("\n| ") == 2 + 9 + 2 + 3 and (tmp_path / "fit.png").stat().st_size > 0
-    with pytest.raises(SystemExit, match="positive number"):
+    with pytest.raises(UserError, match="positive number"):
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--params", "-1"])
     # --of ratio fits AdamS's best lr over AdamW's instead: here a quarter of the law everywhere (the bound row
     # has a ratio too), so the same slopes, a 2 lower, and ratio 1 at 2^(2 / 0.5) = 16x the run
@@ -1488,5 +1489,5 @@ def test_crossing_fit_recovers_an_exact_power_law_and_solves_for_crossing_one(mo
     out = capsys.readouterr().out
     assert "log2 ratio = -11.00" in out and "| 33K | beyond 2,048 | 8,192 (8,192-8,192) | 8,192 |" in out
     monkeypatch.setattr(lr_ratio, "settings", lambda root, scans, rbar: rows[:3])
-    with pytest.raises(SystemExit, match="two or more model sizes"):
+    with pytest.raises(UserError, match="two or more model sizes"):
         crossing_fit.main(["--out", str(tmp_path / "fit")])

@@ -27,7 +27,8 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cli
-from data.text import load_local, random_split, write_splits
+from data.text import load_hub, load_local, random_split, write_splits
+from errors import UserError
 
 HUB = "allenai/c4"
 
@@ -35,23 +36,24 @@ HUB = "allenai/c4"
 def hub_files(shards: int, val_shards: int) -> dict[str, list[str]]:
     """The Hub's file names of the first ``shards`` training and ``val_shards`` validation shards."""
     if not 1 <= shards <= 1024 or not 1 <= val_shards <= 8:
-        raise SystemExit(f"--shards must be in 1..1024 and --val-shards in 1..8, got {shards} and {val_shards}")
+        raise UserError(f"--shards must be in 1..1024 and --val-shards in 1..8, got {shards} and {val_shards}")
     return {"train": [f"en/c4-train.{i:05d}-of-01024.json.gz" for i in range(shards)],
             "validation": [f"en/c4-validation.{i:05d}-of-00008.json.gz" for i in range(val_shards)]}
 
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokenizer", default="tiktoken:gpt2",
+    parser.add_argument("--tokenizer", type=cli.text(), default="tiktoken:gpt2",
                         help="a sentencepiece .model file, a Hugging Face tokenizer folder, or tiktoken:NAME")
-    parser.add_argument("--input", type=Path, nargs="+", help="local jsonl(.gz)/parquet/text files instead of the Hub")
-    parser.add_argument("--val-input", type=Path, nargs="+", help="local validation files (else a random split)")
-    parser.add_argument("--test-size", type=float, default=0.0005, help="validation fraction when split at random")
-    parser.add_argument("--seed", type=int, default=2357)
-    parser.add_argument("--shards", type=int, default=8, help="Hub training shards to download (of 1,024)")
-    parser.add_argument("--val-shards", type=int, default=1, help="Hub validation shards (of 8)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
-    parser.add_argument("--num-proc", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    parser.add_argument("--input", type=cli.file, nargs="+", help="local jsonl(.gz)/parquet/text files instead of the Hub")
+    parser.add_argument("--val-input", type=cli.file, nargs="+", help="local validation files (else a random split)")
+    parser.add_argument("--test-size", type=cli.fraction, default=0.0005, help="validation fraction when split at random")
+    parser.add_argument("--seed", type=cli.seed, default=2357)
+    parser.add_argument("--shards", type=cli.integer(1, 1024), default=8, help="Hub training shards to download (of 1,024)")
+    parser.add_argument("--val-shards", type=cli.integer(1, 8), default=1, help="Hub validation shards (of 8)")
+    parser.add_argument("--out", type=cli.place, default=Path(__file__).resolve().parent)
+    parser.add_argument("--overwrite", action="store_true", help="replace the dataset already in --out")
+    parser.add_argument("--num-proc", type=cli.integer(1, 1024), default=max(1, (os.cpu_count() or 2) // 2))
     args = parser.parse_args(argv)
 
     if args.input:
@@ -59,15 +61,13 @@ def main(argv=None):
         splits = {"train": train, "val": load_local(args.val_input)} if args.val_input else \
             random_split(train, args.test_size, args.seed)
     else:
-        from datasets import load_dataset
-
         files = hub_files(args.shards, args.val_shards)
-        loaded = load_dataset(HUB, data_files=files, num_proc=args.num_proc)
+        loaded = load_hub(HUB, data_files=files, num_proc=args.num_proc)
         splits = {"train": loaded["train"].select_columns(["text"]), "val": loaded["validation"].select_columns(["text"])}
-    counts = write_splits(splits, args.out, args.tokenizer, args.num_proc)
+    counts = write_splits(splits, args.out, args.tokenizer, args.num_proc, args.overwrite, "data.c4.prepare")
     print(f"train {counts['train']:,} tokens, val {counts['val']:,} tokens in {args.out}")
     return counts
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

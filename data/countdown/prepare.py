@@ -22,8 +22,12 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cli
+import folders
 from data.countdown.task import completion, generate, prompt
+from errors import UserError
 from tokens import write_tokens
+
+FILES = ("train.bin", "val.bin", "rl_train.jsonl", "test.jsonl")
 
 
 def corpus(problems) -> np.ndarray:
@@ -40,30 +44,38 @@ def read_problems(path: Path) -> list[dict]:
 
 
 def prepare(out: Path, sft: int = 16_000, sft_val: int = 500, rl_train: int = 2_000, test: int = 256,
-            seed: int = 0, max_number: int = 9) -> dict[str, int]:
+            seed: int = 0, max_number: int = 9, overwrite: bool = False) -> dict[str, int]:
+    """Write the four files into ``out`` (folders.dataset: all of them, or none); a set already there is
+    replaced only with ``overwrite``."""
     problems = generate(sft + sft_val + rl_train + test, seed, max_number=max_number)
     parts = np.split(np.array(problems, dtype=object), np.cumsum([sft, sft_val, rl_train]))
-    out.mkdir(parents=True, exist_ok=True)
-    write_tokens(out / "train.bin", corpus(parts[0]), 256)
-    write_tokens(out / "val.bin", corpus(parts[1]), 256)
-    write_problems(out / "rl_train.jsonl", parts[2])
-    write_problems(out / "test.jsonl", parts[3])
+    with folders.dataset(out, FILES, overwrite, command="data.countdown.prepare") as staged:
+        write_tokens(staged / "train.bin", corpus(parts[0]), 256)
+        write_tokens(staged / "val.bin", corpus(parts[1]), 256)
+        write_problems(staged / "rl_train.jsonl", parts[2])
+        write_problems(staged / "test.jsonl", parts[3])
     return {name: len(part) for name, part in zip(("sft", "sft_val", "rl_train", "test"), parts)}
 
 
-if __name__ == "__main__":
+def main(argv=None) -> dict[str, int]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
-    parser.add_argument("--sft", type=int, default=16_000, help="solved problems to warm up on")
-    parser.add_argument("--rl-train", type=int, default=2_000, help="problems for GRPO")
-    parser.add_argument("--test", type=int, default=256, help="problems the reward curves are measured on")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-number", type=int, default=9,
+    parser.add_argument("--out", type=cli.place, default=Path(__file__).resolve().parent)
+    parser.add_argument("--sft", type=cli.natural, default=16_000, help="solved problems to warm up on")
+    parser.add_argument("--rl-train", type=cli.count, default=2_000, help="problems for GRPO")
+    parser.add_argument("--test", type=cli.count, default=256, help="problems the reward curves are measured on")
+    parser.add_argument("--seed", type=cli.seed, default=0)
+    parser.add_argument("--max-number", type=cli.integer(2, 10_000), default=9,
                         help="numbers are 1..this (TinyZero's go to 99; single digits suit a sub-million-parameter model)")
-    args = parser.parse_args()
+    parser.add_argument("--overwrite", action="store_true", help="replace the problem sets already in --out")
+    args = parser.parse_args(argv)
     try:
         counts = prepare(args.out, sft=args.sft, rl_train=args.rl_train, test=args.test, seed=args.seed,
-                         max_number=args.max_number)
+                         max_number=args.max_number, overwrite=args.overwrite)
     except ValueError as e:
-        raise SystemExit(f"data.countdown.prepare: {e}") from None
+        raise UserError(f"data.countdown.prepare: {e}") from None
     print(f"{counts} -> {args.out}")
+    return counts
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli.main(main))

@@ -26,38 +26,38 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cli
-from data.text import load_local, random_split, write_splits
+from data.text import load_hub, load_local, random_split, write_splits
 
 
 def prepare(dataset, out_dir: Path, tokenizer="tiktoken:gpt2", test_size: float = 0.0005, seed: int = 2357,
-            num_proc: int = 1) -> dict[str, int]:
+            num_proc: int = 1, overwrite: bool = False) -> dict[str, int]:
     """Split ``dataset`` (a ``text`` column) as nanoGPT does, tokenise and write it; return the token counts."""
-    return write_splits(random_split(dataset, test_size, seed), out_dir, tokenizer, num_proc)
+    return write_splits(random_split(dataset, test_size, seed), out_dir, tokenizer, num_proc, overwrite,
+                        "data.openwebtext.prepare")
 
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", type=Path, nargs="+", help="local parquet/jsonl/text files instead of the Hub")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
-    parser.add_argument("--tokenizer", default="tiktoken:gpt2",
+    parser.add_argument("--input", type=cli.file, nargs="+", help="local parquet/jsonl/text files instead of the Hub")
+    parser.add_argument("--out", type=cli.place, default=Path(__file__).resolve().parent)
+    parser.add_argument("--overwrite", action="store_true", help="replace the dataset already in --out")
+    parser.add_argument("--tokenizer", type=cli.text(), default="tiktoken:gpt2",
                         help="tiktoken:NAME, a sentencepiece .model file, or a Hugging Face tokenizer folder")
-    parser.add_argument("--num-proc", type=int, default=max(1, (os.cpu_count() or 2) // 2))
-    parser.add_argument("--test-size", type=float, default=0.0005, help="validation fraction (nanoGPT's)")
-    parser.add_argument("--seed", type=int, default=2357, help="split seed (nanoGPT's)")
-    parser.add_argument("--hf-dataset", default="Skylion007/openwebtext")
-    parser.add_argument("--hf-revision", default="refs/convert/parquet", help="the Hub's parquet conversion")
+    parser.add_argument("--num-proc", type=cli.integer(1, 1024), default=max(1, (os.cpu_count() or 2) // 2))
+    parser.add_argument("--test-size", type=cli.fraction, default=0.0005, help="validation fraction (nanoGPT's)")
+    parser.add_argument("--seed", type=cli.seed, default=2357, help="split seed (nanoGPT's)")
+    parser.add_argument("--hf-dataset", type=cli.text(), default="Skylion007/openwebtext")
+    parser.add_argument("--hf-revision", type=cli.text(), default="refs/convert/parquet", help="the Hub's parquet conversion")
     args = parser.parse_args(argv)
 
     if args.input:
         dataset = load_local(args.input)
     else:
-        from datasets import load_dataset
-
-        dataset = load_dataset(args.hf_dataset, revision=args.hf_revision, split="train", num_proc=args.num_proc)
-    counts = prepare(dataset, args.out, args.tokenizer, args.test_size, args.seed, args.num_proc)
+        dataset = load_hub(args.hf_dataset, revision=args.hf_revision, split="train", num_proc=args.num_proc)
+    counts = prepare(dataset, args.out, args.tokenizer, args.test_size, args.seed, args.num_proc, args.overwrite)
     print(f"{len(dataset):,} documents -> train {counts['train']:,} tokens, val {counts['val']:,} tokens in {args.out}")
     return counts
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

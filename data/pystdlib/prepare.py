@@ -36,6 +36,8 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cli
+import folders
+from errors import UserError
 from tokens import TokenWriter
 
 VOCAB_SIZE = 256
@@ -60,20 +62,21 @@ def encoded(files: list[Path], encode, workers: int, chunk: int = 64):
 
 def prepare(
     out_dir: Path, stdlib: Path | None = None, quiet: bool = False, tokenizer: str | None = None, workers: int | None = None,
-    train_every: int = 1,
+    train_every: int = 1, overwrite: bool = False, wait: bool = False,
 ) -> dict[str, int]:
-    """Write out_dir/train.bin and out_dir/val.bin; return their token counts.
+    """Write out_dir/train.bin and out_dir/val.bin (both, or neither: folders.dataset); return their token counts.
+    A dataset already there is replaced only with ``overwrite``; ``wait``: for another command preparing it.
 
     tokenizer: None for bytes, else a data.text tokenizer spec such as "tiktoken:gpt2".
     train_every: keep only every train_every-th training file (the first, then every n-th after it);
     the validation files do not change.
     workers: threads that encode files (default: one per CPU); the output does not depend on it."""
     if train_every < 1:
-        raise SystemExit(f"--train-every {train_every} keeps no training file; pass 1 (all of them) or more")
+        raise UserError(f"--train-every {train_every} keeps no training file; pass 1 (all of them) or more")
     stdlib = Path(stdlib or sysconfig.get_paths()["stdlib"])
     files = source_files(stdlib)
     if not files:
-        raise SystemExit(f"found no .py files under {stdlib}; pass --stdlib PATH to a Python source tree")
+        raise UserError(f"found no .py files under {stdlib}; pass --stdlib PATH to a Python source tree")
     is_val = [i % VAL_EVERY == VAL_EVERY - 1 for i in range(len(files))]
     kept = [i for i in range(len(files)) if is_val[i] or (i - i // VAL_EVERY) % train_every == 0]
     files, is_val = [files[i] for i in kept], [is_val[i] for i in kept]
@@ -84,10 +87,10 @@ def prepare(
 
         tok = load_tokenizer(tokenizer)
         vocab, encode = tok.n_vocab, lambda raw: tok.encode(raw.decode("utf-8", errors="replace")) + [tok.eot]
-    counts = {}
-    with TokenWriter(out_dir / "train.bin", vocab) as train, TokenWriter(out_dir / "val.bin", vocab) as val:
+    with folders.dataset(out_dir, ("train.bin", "val.bin"), overwrite, "data.pystdlib.prepare", wait) as staged, \
+            TokenWriter(staged / "train.bin", vocab) as train, TokenWriter(staged / "val.bin", vocab) as val:
         tokens = encoded(files, encode, workers or os.cpu_count() or 1)
-        for i, doc in enumerate(tokens if tokenizer is None or quiet else tqdm(tokens, f"{tokenizer} tokens", len(files))):
+        for i, doc in enumerate(tokens if quiet else tqdm(tokens, f"{tokenizer or 'byte'} tokens", len(files))):
             (val if is_val[i] else train).write(doc)
         counts = {"train": train.count, "val": val.count}
     if not quiet:
@@ -96,12 +99,17 @@ def prepare(
     return counts
 
 
-if __name__ == "__main__":
+def main(argv=None) -> dict[str, int]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
-    parser.add_argument("--stdlib", type=Path, help="folder to read instead of this Python's standard library")
-    parser.add_argument("--tokenizer", help="bytes if left out; tiktoken:gpt2 for GPT-2's BPE (see data/text.py)")
-    parser.add_argument("--train-every", type=int, default=1, metavar="N",
+    parser.add_argument("--out", type=cli.place, default=Path(__file__).resolve().parent, help="output folder")
+    parser.add_argument("--stdlib", type=cli.folder, help="folder to read instead of this Python's standard library")
+    parser.add_argument("--tokenizer", type=cli.text(), help="bytes if left out; tiktoken:gpt2 for GPT-2's BPE (see data/text.py)")
+    parser.add_argument("--train-every", type=cli.count, default=1, metavar="N",
                         help="keep every N-th training file only (validation unchanged), for runs that repeat their data more")
-    args = parser.parse_args()
-    prepare(args.out, args.stdlib, tokenizer=args.tokenizer, train_every=args.train_every)
+    parser.add_argument("--overwrite", action="store_true", help="replace the dataset already in --out")
+    args = parser.parse_args(argv)
+    return prepare(args.out, args.stdlib, tokenizer=args.tokenizer, train_every=args.train_every, overwrite=args.overwrite)
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli.main(main))

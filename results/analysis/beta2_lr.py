@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 from scripts import out_file  # noqa: E402
 from scripts.noise_scale import denominator_constants, typical_ratio  # noqa: E402
 
@@ -55,13 +56,13 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     args = parser.parse_args(argv)
     lr_out = root / args.lr
     if not out_file(lr_out, ".csv").is_file():
-        raise SystemExit(f"{lr_out}.csv does not exist; run lr_transfer as this file's docstring says")
+        raise UserError(f"{lr_out}.csv does not exist; run lr_transfer as this file's docstring says")
     rows = read_csv(out_file(lr_out, ".csv"))
     points = read_csv(lr_out.with_name(lr_out.name + "_points.csv"))
     rbar = measured_rbar(root / args.rbar)
     adamw = [r for r in rows if number(r.get("adamw_best_lr", ""))]
     if len(adamw) != 1:
-        raise SystemExit(f"{lr_out}.csv must hold exactly one AdamW grid (the reference), not {len(adamw)}; rerun "
+        raise UserError(f"{lr_out}.csv must hold exactly one AdamW grid (the reference), not {len(adamw)}; rerun "
                          "lr_transfer with one")
     adamw_best = number(adamw[0]["adamw_fitted_lr"]) or number(adamw[0]["adamw_best_lr"])
     probe_beta1 = ast.literal_eval(adamw[0]["betas"])[0]  # the AdamW probe's momentum is the reference's
@@ -139,4 +140,4 @@ def plot(table: list[dict], points: list[dict], adamw_best: float, beta1: float,
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

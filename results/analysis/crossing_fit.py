@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT / "results" / "analysis"))
 import lr_ratio  # noqa: E402
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 from scripts import out_file  # noqa: E402
 
 MIN_TPP = 90  # tokens per parameter: the runs sized for 100 (99.5-100.2) and longer
@@ -97,7 +98,7 @@ def fit(tpp, params, crossing) -> dict:
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     dof = len(y) - x.shape[1]
     if dof < 1:
-        raise SystemExit(f"{len(y)} settings cannot fit three coefficients with a spread; the fit needs four or more")
+        raise UserError(f"{len(y)} settings cannot fit three coefficients with a spread; the fit needs four or more")
     resid = y - x @ coef
     s2 = float(resid @ resid) / dof
     cov = s2 * np.linalg.inv(x.T @ x)
@@ -183,17 +184,17 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
         scans = as_scans(args.tables, root)
     missing = [t for t in args.check if not Path(t).is_file()]
     if missing:
-        raise SystemExit(f"--check: no lr_transfer table at {', '.join(missing)}; "
+        raise UserError(f"--check: no lr_transfer table at {', '.join(missing)}; "
                          "write one with python -m scripts.lr_transfer RUNS... --out PREFIX")
     if any(p <= 0 for p in args.params):
-        raise SystemExit("--params takes a model's parameter count, a positive number such as 2e6")
+        raise UserError("--params takes a model's parameter count, a positive number such as 2e6")
     name, value, one, *_ = quantity = QUANTITIES[args.of]
     rows = sorted(family(lr_ratio.settings(root, scans, rbar)), key=lambda s: (s["params"], lr_ratio.tokens_per_param(s)))
     bounds = [s for s in rows if not math.isfinite(value(s))]  # the curves did not cross: a bound only
     rows = [s for s in rows if s not in bounds]
     widths = sorted({s["params"] for s in rows})
     if len(widths) < 2:
-        raise SystemExit(f"the fit needs {name}s at two or more model sizes; run lr_transfer over the small models' scans")
+        raise UserError(f"the fit needs {name}s at two or more model sizes; run lr_transfer over the small models' scans")
     tpp = np.array([lr_ratio.tokens_per_param(s) for s in rows])
     params = np.array([float(s["params"]) for s in rows])
     crossing = np.array([value(s) for s in rows])
@@ -335,4 +336,4 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 from scripts import out_file  # noqa: E402
 from scripts.noise_scale import typical_ratio  # noqa: E402
 
@@ -152,11 +153,11 @@ def measured_rbar(root: Path, rbar=RBAR) -> dict[tuple, float]:
     for key, table, run in rbar:
         path = root / table
         if not path.is_file():
-            raise SystemExit(f"{table} does not exist; run the noise_scale command beside it in results/README.md")
+            raise UserError(f"{table} does not exist; run the noise_scale command beside it in results/README.md")
         with open(path) as f:
             rows = [dict(r, measured_ratio=float(r["measured_ratio"] or "nan")) for r in csv.DictReader(f) if r["run"] == run]
         if not rows:
-            raise SystemExit(f"{table} has no run '{run}'; RBAR in {Path(__file__).name} names a run it does not hold")
+            raise UserError(f"{table} has no run '{run}'; RBAR in {Path(__file__).name} names a run it does not hold")
         out[key] = typical_ratio(rows)[run][0]
     return out
 
@@ -237,7 +238,7 @@ def grid_curves(path: Path) -> dict[tuple, list[tuple[float, float]]]:
     """lr_transfer's OUT_points.csv beside OUT.csv: (params, tokens/step, steps, optimizer, betas) -> [(lr, mean)]."""
     points = path.with_name(path.stem + "_points.csv")
     if not points.is_file():
-        raise SystemExit(f"{points.relative_to(ROOT) if points.is_relative_to(ROOT) else points} does not exist; "
+        raise UserError(f"{points.relative_to(ROOT) if points.is_relative_to(ROOT) else points} does not exist; "
                          "lr_transfer writes it beside its table: rerun the lr_transfer command in results/README.md")
     curves: dict[tuple, list] = {}
     with open(points) as f:
@@ -263,11 +264,11 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
     for table, varied, text in scans:
         path = root / table
         if not path.is_file():
-            raise SystemExit(f"{table} does not exist; run the lr_transfer command beside it in results/README.md")
+            raise UserError(f"{table} does not exist; run the lr_transfer command beside it in results/README.md")
         with open(path) as f:
             rows = list(csv.DictReader(f))
         if rows and not {"params", "batch_tokens", "steps"} <= rows[0].keys():
-            raise SystemExit(f"{table} is not a table scripts/lr_transfer.py wrote (no params, batch_tokens and steps "
+            raise UserError(f"{table} is not a table scripts/lr_transfer.py wrote (no params, batch_tokens and steps "
                              "columns); pass the OUT.csv of an lr_transfer run")
         curves, spreads = grid_curves(path), grid_spreads(path)
         references = [r for r in rows if number(r.get("adamw_best_lr")) and betas_of(r) == REFERENCE_BETAS]
@@ -305,7 +306,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
                 rbar=rbars.get((int(r["params"]), int(r["batch_tokens"]), int(r["steps"]), betas), math.nan),
                 seeds=(int(adamw["adamw_best_n"]), int(r["adams_best_n"]))))
     if not out:
-        raise SystemExit("no table holds both an AdamW and an AdamS lr grid for one setting; nothing to compare")
+        raise UserError("no table holds both an AdamW and an AdamS lr grid for one setting; nothing to compare")
     return out
 
 
@@ -493,4 +494,4 @@ def plot_tokens(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -42,6 +42,7 @@ import lr_ratio  # noqa: E402
 import start_lr  # noqa: E402
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 from scripts import out_file  # noqa: E402
 
 OPTIMIZERS = ("AdamW", "AdamS")
@@ -98,7 +99,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
                         carried={o: v[-1] / v[0] for o, v in optima.items()},
                         drift={o: drift(tpp, v) for o, v in optima.items()}, costs=carried_costs(group)))
     if not out:
-        raise SystemExit("no model was scanned at two or more run lengths; nothing drifts")
+        raise UserError("no model was scanned at two or more run lengths; nothing drifts")
     print("Each optimizer's best lr at each run length (lr_transfer's fit), its spread (largest ÷ smallest), the longest "
           "run's over the shortest's, and its drift (× per doubling of the run)\n")
     print("| model | tokens per parameter | AdamW's best lr | AdamS's best lr | spread, AdamW / AdamS | longest run's ÷ shortest's, "
@@ -163,4 +164,4 @@ def plot(out: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's modules, however it is run
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPORA = (("all training files", ROOT / "results/lr_transfer/lr_transfer_tiny_points.csv", "-"),
@@ -34,14 +35,14 @@ COLORS = {"adamw": "tab:blue", "adams": "tab:orange"}
 def grid(path: Path, params: int, steps: int) -> dict[str, dict[float, tuple[float, float]]]:
     """{optimizer: {lr: (mean, std)}} for one setting of an lr_transfer points table."""
     if not path.exists():
-        sys.exit(f"{path} is missing; make it with the lr_transfer command in results/study/run_length_and_size.md, 'Repeating the data'")
+        raise UserError(f"{path} is missing; make it with the lr_transfer command in results/study/run_length_and_size.md, 'Repeating the data'")
     out: dict[str, dict[float, tuple[float, float]]] = {}
     with open(path) as f:
         for r in csv.DictReader(f):
             if int(r["params"]) == params and int(r["steps"]) == steps:
                 out.setdefault(r["optimizer"], {})[float(r["lr"])] = float(r["mean"]), float(r["std"])
     if set(out) != set(COLORS):
-        sys.exit(f"{path} has no AdamW and AdamS grids at {params:,} parameters and {steps:,} steps")
+        raise UserError(f"{path} has no AdamW and AdamS grids at {params:,} parameters and {steps:,} steps")
     return out
 
 
@@ -78,4 +79,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's modules, however it is run
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 from scripts import pack  # noqa: E402
 
 
@@ -26,7 +27,7 @@ def evals(run: Path) -> dict[int, float]:
     """{iteration: validation loss} of a run's evaluations."""
     run = pack.resolve(run)  # a run inside a packed scan reads as its folder
     if not (run / "metrics.jsonl").is_file():
-        raise SystemExit(f"'{run}' has no metrics.jsonl; pass a run folder as train.py leaves it")
+        raise UserError(f"'{run}' has no metrics.jsonl; pass a run folder as train.py leaves it")
     rows = (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in line)
     return {r["iter"]: r["val_loss"] for r in rows}
 
@@ -35,11 +36,11 @@ def compare(first: Path, rerun: Path, seeds: list[Path], start: int = 0) -> dict
     a, b = evals(first), evals(rerun)
     steps = sorted(set(a) & set(b) - {0})
     if not steps:
-        raise SystemExit(f"'{first}' and '{rerun}' share no evaluation after step 0")
+        raise UserError(f"'{first}' and '{rerun}' share no evaluation after step 0")
     diff = [abs(a[k] - b[k]) for k in steps]
     late = [d for k, d in zip(steps, diff) if k >= start]
     if not late:
-        raise SystemExit(f"--from {start:,} is past the last evaluation both runs made (step {steps[-1]:,}); pass a smaller step")
+        raise UserError(f"--from {start:,} is past the last evaluation both runs made (step {steps[-1]:,}); pass a smaller step")
     out = dict(evaluations=len(steps), last_step=steps[-1], mean_abs=statistics.fmean(diff), max_abs=max(diff),
                max_abs_from=max(late))
     if len(seeds) >= 2:
@@ -65,4 +66,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

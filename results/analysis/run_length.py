@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 from scripts import pack  # noqa: E402
 from scripts.sweep import final_val_loss  # noqa: E402
 
@@ -68,7 +69,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     found = [p for root in args.lengths for p in pairs(root, args.lr)]
     if not found:
-        sys.exit(f"no finished AdamS/AdamW pair at learning_rate={args.lr} under {', '.join(map(str, args.lengths))}; "
+        raise UserError(f"no finished AdamS/AdamW pair at learning_rate={args.lr} under {', '.join(map(str, args.lengths))}; "
                  "run the sweeps in results/study/run_length_and_size.md, 'Width 128 at 400 tokens per parameter'")
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     lengths = sorted({p["tokens_per_param"] for p in found})
@@ -113,4 +114,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 from scripts import lr_transfer, out_file, pack  # noqa: E402
 
 EXHAUSTIVE_UP_TO = 100_000
@@ -63,15 +64,15 @@ def shared_seeds(runs: list[dict]) -> list[int]:
     """The seeds every lr of both optimizers ran; one setting only."""
     settings = {lr_transfer.grid_of(r)[:4] for r in runs}
     if len(settings) != 1:
-        raise SystemExit(f"these runs span {len(settings)} settings (size, batch, steps, betas); "
+        raise UserError(f"these runs span {len(settings)} settings (size, batch, steps, betas); "
                          "pass one setting's AdamW and AdamS runs")
     kept, _ = lr_transfer.matched_seeds(runs)
     by_opt = {opt: {r["seed"] for r in kept if r["optimizer"] == opt} for opt in lr_transfer.OPTIMIZERS}
     if not all(by_opt.values()) or by_opt["adamw"] != by_opt["adams"]:
-        raise SystemExit(f"AdamW's complete seeds {sorted(by_opt['adamw'])} and AdamS's {sorted(by_opt['adams'])} "
+        raise UserError(f"AdamW's complete seeds {sorted(by_opt['adamw'])} and AdamS's {sorted(by_opt['adams'])} "
                          "differ; the bootstrap draws seeds for both together, so pass runs of the same seeds")
     if len(by_opt["adamw"]) < 2:
-        raise SystemExit(f"only seed {min(by_opt['adamw'])} ran every lr of both grids; a bootstrap over seeds needs "
+        raise UserError(f"only seed {min(by_opt['adamw'])} ran every lr of both grids; a bootstrap over seeds needs "
                          "two or more, so run another seed at every lr first")
     return sorted(by_opt["adamw"])
 
@@ -85,7 +86,7 @@ def main(argv=None) -> list[dict]:
 
     runs = [r for r in lr_transfer.read_runs(pack.expand(args.runs)) if r["optimizer"] in lr_transfer.OPTIMIZERS]
     if not runs:
-        raise SystemExit("no finished AdamW or AdamS runs among the folders given; check the paths")
+        raise UserError("no finished AdamW or AdamS runs among the folders given; check the paths")
     seeds = shared_seeds(runs)
     runs = [r for r in runs if r["seed"] in seeds]
     pooled = fit(runs, tuple(seeds))
@@ -145,4 +146,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's modules, however it is run
 
 import cli  # noqa: E402
+from errors import UserError  # noqa: E402
 
 NOISY = 0.03  # nats
 BEST = 3  # grid points
@@ -41,7 +42,7 @@ def read(table: Path) -> dict[tuple, list[tuple[float, float, int]]]:
     [(mean, std, seeds)] over its lrs."""
     points = table.with_name(table.stem + "_points.csv")
     if not points.is_file():
-        raise SystemExit(f"{points} does not exist; lr_transfer writes it beside {table.name}: "
+        raise UserError(f"{points} does not exist; lr_transfer writes it beside {table.name}: "
                          "rerun the lr_transfer command that wrote the table")
     grids: dict[tuple, list] = {}
     with open(points, newline="") as f:
@@ -78,4 +79,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

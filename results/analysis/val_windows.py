@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 import checkpoint  # noqa: E402
 import cli  # noqa: E402
 import dataset  # noqa: E402
+from errors import UserError  # noqa: E402
 from scripts import out_file  # noqa: E402
 from scripts.noise_scale import load_checkpoint_model  # noqa: E402
 
@@ -46,7 +47,7 @@ def seed_list(text: str) -> list[int]:
             return list(range(lo, hi + 1))
         return [int(x) for x in text.split(",")]
     except ValueError:
-        raise SystemExit(f"--seeds {text!r} is not a list of seeds; write e.g. 1-20 or 1,2,5") from None
+        raise UserError(f"--seeds {text!r} is not a list of seeds; write e.g. 1-20 or 1,2,5") from None
 
 
 def checkpoint_path(path: Path) -> Path:
@@ -55,7 +56,7 @@ def checkpoint_path(path: Path) -> Path:
         return path
     found = checkpoint.latest(path) if path.is_dir() else None
     if found is None:
-        raise SystemExit(f"{path} is neither a checkpoint file nor a run folder with checkpoints; "
+        raise UserError(f"{path} is neither a checkpoint file nor a run folder with checkpoints; "
                          "pass a train.py out_dir that still has its checkpoints/ (or a .pt file in it)")
     return found
 
@@ -96,7 +97,7 @@ def full_loss(model, tokens: np.ndarray, block: int, batch: int) -> float:
 def measure(path: Path, seeds: list[int], data_dir: str | None = None) -> list[dict]:
     state = checkpoint.load_file(path)
     if "dcp_path" in state:
-        raise SystemExit(f"{path} is a sharded (FSDP) checkpoint; this script reads single-file ones")
+        raise UserError(f"{path} is a sharded (FSDP) checkpoint; this script reads single-file ones")
     cfg, vocab = state["config"], state["model_args"]["vocab_size"]
     tokens = dataset.load(data_dir or cfg["data_dir"], cfg["dataset"], cfg["block_size"])["val"]
     model = load_checkpoint_model(state, torch.device("cpu"))
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     seeds = seed_list(args.seeds)
     if len(seeds) < 2:
-        raise SystemExit("--seeds needs at least two seeds to spread over")
+        raise UserError("--seeds needs at least two seeds to spread over")
     rows = []
     for path in map(checkpoint_path, args.paths):
         here = measure(path, seeds, args.data_dir)
@@ -172,4 +173,4 @@ def plot(rows: list[dict], seeds: list[int], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

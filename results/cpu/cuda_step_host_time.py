@@ -24,6 +24,7 @@ import torch
 import torch._dynamo  # noqa: F401  (imported before the stub below hides the real triton)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import cli  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from optim import AdamS, Lion, _triton_fused  # noqa: E402
 from optim._momentum_only import MomentumOnlyOptimizer  # noqa: E402
@@ -87,4 +88,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.main(main))

@@ -1,0 +1,606 @@
+"""Every write into a user's folder goes through this one door, in the order git writes a ref.
+
+1. **Lock.** A command takes its destination's lock before it looks at it: an exclusive ``flock``
+   on PARENT/.NAME.lock, held until the command ends. The kernel drops it when the process dies
+   (SIGKILL included), so a crash never blocks the next command; while held, the file names its
+   holder, and it is removed when released.
+2. **Look.** Only then does it see what the destination holds (``look``): nothing, a train.py run
+   (finished or not, with or without checkpoints), a GRPO run, an export, a dataset, a scan of
+   runs, an archive, a file, or something else; a path inside a packed scan counts as packed.
+3. **Decide.** A command writes into what is absent or empty, continues its own unfinished work
+   (a run stopped before its first checkpoint, a sweep's scan), and replaces only what it makes
+   itself, and only when the user asks (``--overwrite``). Anything else is refused in one line
+   that names what is there (``Destination.allow``).
+4. **Write beside, then swap.** New content is written beside the old (PARENT/.NAME.new-*) and
+   swapped in only once complete; the old is moved aside (PARENT/.NAME.old-*) and removed last.
+   A kill at any moment leaves the old or the new content whole, and the next command to take the
+   lock finishes what a killed one began (``recover``): a swap that had begun is completed,
+   anything else half-made is removed. A training run replaces an old run only once it has taken
+   its first step (train.py).
+
+Read-only commands (evaluation, sampling, ``--check``, ``--summarize`` of a packed scan) take no
+lock and write nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from errors import UserError
+
+# What the destination holds (``Found.kind``).
+ABSENT, EMPTY, FILE, PACKED = "absent", "empty", "file", "packed"
+RUN, GRPO, EXPORT, DATASET, SCAN, ARCHIVE, OTHER = "run", "grpo", "export", "dataset", "scan", "archive", "other"
+
+RUN_FILES = ("checkpoints", "metrics.jsonl", "config.json", "wandb_id")  # what train.py writes in out_dir
+SWEEP_LOG = "train.log"  # the sweep's log of one of its runs, written beside train.py's files
+DATASET_FILES = ("train.bin", "val.bin")
+WEIGHTS = (".safetensors", ".bin", ".pt")
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a destination holds: its ``kind`` and, in words, ``what`` (for error lines)."""
+
+    kind: str
+    what: str
+    finished: bool = False  # a run or GRPO run that reached its end
+    checkpoints: bool = False  # a train.py run with a checkpoint to resume from
+    restartable: bool = False  # a train.py run stopped before its first checkpoint, or an unfinished GRPO run
+
+
+def _records(log: Path) -> list[dict]:
+    from metrics import records
+
+    try:
+        return records(log)
+    except (UserError, OSError, UnicodeDecodeError):
+        return [{"kind": "corrupt"}]
+
+
+def _run(path: Path, names: set[str]) -> Found:
+    import checkpoint
+
+    ckpts = bool(checkpoint.checkpoints(path))
+    records = _records(path / "metrics.jsonl") if "metrics.jsonl" in names else []
+    max_iters, logged = None, False
+    if "config.json" in names:
+        try:
+            saved = json.loads((path / "config.json").read_text())
+            max_iters, logged = saved["config"]["max_iters"], saved.get("derived", {}).get("checkpoints_in_log", False)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+    iters = [r.get("iter", 0) for r in records if isinstance(r.get("iter", 0), int)]
+    diverged = bool(records) and records[-1].get("kind") == "diverged"
+    finished = diverged or (max_iters is not None and bool(iters) and max(iters) >= max_iters)
+    # Did it ever complete a checkpoint? Its log says so (a 'checkpoint' line); a run of an older version, whose
+    # log does not, is taken to have, once it evaluated past iteration 0.
+    evaluated = any(r.get("kind") == "checkpoint" or (not logged and r.get("kind", "eval") == "eval"
+                                                      and r.get("iter", 0) > 0) for r in records)
+    corrupt = any(r.get("kind") == "corrupt" for r in records)
+    last = max(iters, default=0)
+    if ckpts:
+        what = f"a train.py run ({'finished' if finished else 'stopped'} at iteration {last:,}, with checkpoints)"
+    elif finished or evaluated or corrupt:
+        what = (f"a train.py run ({'finished' if finished else 'stopped'} at iteration {last:,}) whose checkpoints "
+                "are gone (packed or moved away)") if not corrupt else "a train.py run whose log is corrupt"
+    else:
+        what = "a train.py run stopped before its first checkpoint"
+    restartable = not (ckpts or finished or evaluated or corrupt)
+    return Found(RUN, what, finished=finished, checkpoints=ckpts, restartable=restartable)
+
+
+def _grpo(path: Path, names: set[str]) -> Found:
+    done = False
+    if "run.json" in names:
+        try:
+            done = bool(json.loads((path / "run.json").read_text()).get("done"))
+        except (OSError, ValueError, AttributeError):
+            pass
+    return Found(GRPO, "a finished GRPO run" if done else "an unfinished GRPO run", finished=done, restartable=not done)
+
+
+def _is_grpo_log(path: Path) -> bool:
+    records = _records(path)
+    return any("test_reward" in r or ("step" in r and "iter" not in r) for r in records)
+
+
+def _is_run_config(path: Path) -> bool:
+    try:
+        saved = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and isinstance(saved.get("config"), dict) and "max_iters" in saved["config"]
+
+
+def _packed_in(path: Path) -> Path | None:
+    """The archive (FOLDER.zip) that packed ``path`` or one of its parent folders, if one did."""
+    for folder in (path, *path.parents):
+        if folder.name in ("", ".", "..") or folder.exists():
+            if folder.is_dir():
+                return None
+            continue
+        archive = folder.with_name(folder.name + ".zip")
+        if archive.is_file():
+            return archive
+    return None
+
+
+def look(path: str | os.PathLike) -> Found:
+    """What ``path`` holds, by the files each kind of output leaves (it reads a few small files)."""
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        return Found(FILE, "a broken symbolic link")
+    if not path.exists():
+        archive = _packed_in(path)
+        return Found(PACKED, f"packed in {archive}") if archive else Found(ABSENT, "nothing")
+    if not path.is_dir():
+        if zipfile.is_zipfile(path):
+            return Found(ARCHIVE, "an archive")
+        return Found(FILE, "a file" if path.is_file() else "something that is neither a file nor a folder")
+    try:
+        names = set(os.listdir(path)) - {".lock"}  # (the lock inside a run folder of an older version)
+    except OSError as e:
+        raise UserError(f"{path} cannot be read ({e.strerror}); fix its permissions or choose another folder") from e
+    if not names:
+        return Found(EMPTY, "an empty folder")
+    if "adams_gpt.json" in names or ("config.json" in names and any(n.endswith(WEIGHTS) for n in names)
+                                     and "checkpoints" not in names and "metrics.jsonl" not in names):
+        return Found(EXPORT, "a Hugging Face model (an export)")
+    if "run.json" in names or ("metrics.jsonl" in names and _is_grpo_log(path / "metrics.jsonl")):
+        return _grpo(path, names)
+    if names & {"checkpoints", "metrics.jsonl", "wandb_id"} or ("config.json" in names and _is_run_config(path)):
+        return _run(path, names)
+    if names & set(DATASET_FILES):
+        return Found(DATASET, "a dataset (" + ", ".join(sorted(names & set(DATASET_FILES))) + ")")
+    if names == {SWEEP_LOG}:
+        return Found(RUN, "a sweep's run that has not started", restartable=True)
+    children = [path / n for n in sorted(names) if not n.startswith(".")][:64]
+    if {"runs.csv", "summary.csv"} & names or any((c / "metrics.jsonl").is_file() or (c / "run.json").is_file()
+                                                   or (c / SWEEP_LOG).is_file() for c in children if c.is_dir()):
+        return Found(SCAN, "a scan of runs")
+    return Found(OTHER, f"{len(names)} file(s) or folder(s) of something else (e.g. {sorted(names)[0]})")
+
+
+# --- the lock ---------------------------------------------------------------------------------------------
+
+
+def lock_path(path: str | os.PathLike) -> Path:
+    path = Path(os.path.abspath(path))
+    return path.with_name(f".{path.name}.lock")
+
+
+def holder(path: str | os.PathLike) -> str | None:
+    """Who holds ``path``'s lock (the holder's own words), or None if nobody does. Takes nothing."""
+    import fcntl
+
+    for lock in (lock_path(path), Path(path) / ".lock"):  # .lock inside: runs of an older version
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+        finally:
+            os.close(fd)
+    return None
+
+
+class Lock:
+    """An exclusive ``flock`` on PARENT/.NAME.lock: one writer for ``path`` at a time."""
+
+    def __init__(self, path: str | os.PathLike, command: str):
+        self.path, self.file, self.fd = Path(path), lock_path(path), None
+        self.command = command
+
+    def acquire(self, option: str, wait: bool = False) -> None:
+        """Take the lock, or (unless ``wait``) refuse in one line naming the command that holds it."""
+        import fcntl
+
+        umask = os.umask(0)
+        os.umask(umask)
+        while True:
+            try:
+                fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o666 & ~umask)
+            except OSError as e:
+                raise UserError(f"{self.path} is not writable: its lock {self.file} cannot be created ({e.strerror}); "
+                                f"choose another {option}, in a folder you can write") from e
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except OSError:
+                who = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise UserError(f"{self.path} is in use by another command ({who}); wait for it to end, or choose "
+                                f"another {option}") from None
+            try:  # a holder that was releasing may have removed the file we opened: lock the one that is there
+                same = os.fstat(fd).st_ino == os.stat(self.file).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{self.command}, process {os.getpid()} on {socket.gethostname()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.file)  # while still held: the next holder opens a new file
+        os.close(self.fd)
+        self.fd = None
+
+
+# --- the destination ----------------------------------------------------------------------------------------
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _command() -> str:
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    return name if name not in ("-c", "__main__.py") else "python"
+
+
+class Destination:
+    """A folder (or a file) that one command writes: locked, looked at, and written beside then swapped.
+
+        with Destination(out, makes=EXPORT, option="HF_DIR") as dest:
+            dest.allow(overwrite=args.overwrite)     # refuses what this command may not replace
+            staged = dest.stage()                    # a new folder beside ``out``
+            ...                                      # write the new content there
+            dest.swap(staged)                        # ``out`` is now the new content, the old removed
+
+    ``makes`` is the kind of content the command makes; ``option`` the option that names the
+    destination (for error lines). Folders created to hold the lock are removed again if the
+    command leaves nothing in them.
+    """
+
+    def __init__(self, path: str | os.PathLike, makes: str, option: str, command: str | None = None,
+                 wait: bool = False):
+        given = Path(path)
+        self.wait = wait  # for the lock, rather than refuse while another command holds it
+        if str(path) == "":
+            raise UserError(f"{option} is empty; give a path")
+        self.path = Path(os.path.realpath(given)) if given.is_symlink() and given.exists() else Path(os.path.abspath(given))
+        self.given, self.makes, self.option = given, makes, option
+        self.lock = Lock(self.path, command or _command())
+        self.created: list[Path] = []
+        self.staged: list[Path] = []
+        self.found: Found | None = None
+
+    # -- entering: folders for the lock, the lock, leftovers of a killed command, then the look
+    def __enter__(self) -> Destination:
+        parent = self.path.parent
+        missing = [p for p in (parent, *parent.parents) if not p.exists()]
+        first = next(p for p in (parent, *parent.parents) if p.exists())
+        if not first.is_dir():
+            raise UserError(f"{self.option} {self.given} is not writable: {first} is a file, not a folder; choose another "
+                            f"{self.option}")
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as e:
+                self._remove_created()
+                raise UserError(f"{self.given}: the folder {folder} cannot be made ({e.strerror}); choose another "
+                                f"{self.option}") from e
+            self.created.append(folder)
+        try:
+            self.lock.acquire(self.option, self.wait)
+            self.recover()
+            self.found = look(self.path)
+        except BaseException:
+            self.lock.release()
+            self._remove_created()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for staged in self.staged:
+            _remove(staged)
+        self.lock.release()
+        self._remove_created()
+
+    def _remove_created(self) -> None:
+        for folder in reversed(self.created):  # the deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty: the command left nothing there
+
+    # -- deciding
+    def allow(self, overwrite: bool = False, continues: Iterable[str] = (), beside: Iterable[str] = ()) -> Found:
+        """Refuse, in one line, a destination this command may not write; return what it holds.
+
+        Always allowed: nothing, an empty folder; ``continues``: kinds this command carries on (a sweep
+        its scan). What this command makes is restarted where it stopped before its first checkpoint (a
+        run) or before its end (a GRPO run), and otherwise replaced only with ``overwrite``. ``beside``:
+        the names this command writes into a folder that holds other things (a dataset next to its
+        prepare.py); allowed while none of them is taken.
+        """
+        found, where = self.found, f"{self.option} {self.given}"
+        if found.kind in (ABSENT, EMPTY) or found.kind in continues:
+            return found
+        if found.kind == PACKED:
+            archive = found.what.removeprefix("packed in ")
+            raise UserError(f"{where} is {found.what}; unpack it first (python -m scripts.pack --unpack {archive}), "
+                            "or choose another path")
+        if found.kind == self.makes:
+            if found.restartable or overwrite:
+                return found
+            raise UserError(f"{where} holds {found.what}; choose another {self.option}, or pass --overwrite to replace it")
+        beside = list(beside)
+        if beside and found.kind == OTHER and not any(os.path.lexists(self.path / n) for n in beside):
+            return found
+        raise UserError(f"{where} holds {found.what}, which this command does not make and will not replace; "
+                        f"choose another {self.option}")
+
+    # -- writing beside, then swapping
+    def stage(self, folder: bool = True) -> Path:
+        """A new path beside the destination (an empty folder, or a file name), removed on exit unless swapped in."""
+        staged = self.path.with_name(f".{self.path.name}.new-{os.getpid()}")
+        _remove(staged)
+        if folder:
+            staged.mkdir()
+        self.staged.append(staged)
+        return staged
+
+    def swap(self, staged: Path) -> None:
+        """Put the complete ``staged`` in the destination's place; the old content goes only after."""
+        old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
+        if os.path.lexists(self.path):
+            if self.path.is_dir() and not any(self.path.iterdir()):
+                self.path.rmdir()
+            else:
+                os.rename(self.path, old)  # from here on, recover() completes this swap
+        os.rename(staged, self.path)
+        _fsync_dir(self.path.parent)
+        self.staged.remove(staged)
+        _remove(old)
+
+    def swap_files(self, staged: Path, names: Iterable[str]) -> None:
+        """Move the files ``names`` of the folder ``staged`` into the destination folder, each replacing its
+        namesake; the replaced files are removed once every new one is in place."""
+        old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
+        old.mkdir()  # from here on, recover() completes this swap
+        _fsync_dir(self.path.parent)
+        self.path.mkdir(exist_ok=True)
+        for name in names:
+            if os.path.lexists(self.path / name):
+                os.rename(self.path / name, old / name)
+            os.rename(staged / name, self.path / name)
+        _fsync_dir(self.path)
+        _remove(old)
+        _remove(staged)
+        self.staged.remove(staged)
+
+    def move_aside(self, names: Iterable[str] | None) -> None:
+        """Remove the entries ``names`` of the destination folder (None: the destination itself): each is moved
+        aside first, then deleted, so that a kill leaves it either whole in place or out of the way."""
+        old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
+        if names is None:
+            os.rename(self.path, old)
+            _fsync_dir(self.path.parent)
+        else:
+            old.mkdir(exist_ok=True)
+            for name in names:
+                if os.path.lexists(self.path / name):
+                    os.rename(self.path / name, old / name)
+        _remove(old)
+
+    def recover(self) -> None:
+        """Finish what a killed command left beside the destination. A swap that had begun (an .old-*
+        beside) is completed with the new content it had staged, which was whole by then; anything else
+        left half-made is removed."""
+        pattern = re.compile(re.escape(f".{self.path.name}.") + r"(new|old)-(\d+)(\..+)?$")
+        found: dict[str, dict[str, Path]] = {"new": {}, "old": {}}
+        with contextlib.suppress(OSError):
+            for entry in self.path.parent.iterdir():
+                match = pattern.match(entry.name)
+                if match and match.group(3):  # a writer's own temporary file beside a staged one
+                    _remove(entry)
+                elif match:
+                    found[match.group(1)][match.group(2)] = entry
+        for pid, old in found["old"].items():
+            new = found["new"].pop(pid, None)
+            if new is not None and not os.path.lexists(self.path):
+                os.rename(new, self.path)  # killed between the two renames of ``swap``
+            elif new is not None and new.is_dir() and self.path.is_dir():  # killed inside ``swap_files``
+                for entry in sorted(new.iterdir()):
+                    if os.path.lexists(self.path / entry.name):
+                        os.rename(self.path / entry.name, old / entry.name)
+                    os.rename(entry, self.path / entry.name)
+                _remove(new)
+            _remove(old)
+        for new in found["new"].values():
+            _remove(new)
+
+
+@contextlib.contextmanager
+def dataset(out: str | os.PathLike, names: Iterable[str], overwrite: bool = False, command: str | None = None,
+            wait: bool = False):
+    """Write the files ``names`` of a dataset into the folder ``out``: yields a folder beside it to write them
+    in, whose files replace their namesakes in ``out`` once the block ends (the others in ``out``, a
+    prepare.py say, stay). An existing dataset is replaced only with ``overwrite``."""
+    names = list(names)
+    with Destination(out, makes=DATASET, option="--out", command=command, wait=wait) as dest:
+        dest.allow(overwrite=overwrite, beside=names)
+        staged = dest.stage()
+        yield staged
+        missing = [n for n in names if not (staged / n).is_file()]
+        if missing:
+            raise RuntimeError(f"the dataset's {missing[0]} was not written")
+        dest.swap_files(staged, names)
+
+
+# --- output files of the scripts that make figures and tables -----------------------------------------------
+
+
+OWNED = (ARCHIVE, RUN, GRPO, EXPORT, DATASET, SCAN)
+
+
+@contextlib.contextmanager
+def output(path: str | os.PathLike):
+    """Write one output file (a figure, a table): yields a temporary path beside it (same suffix), renamed
+    into place when the block ends. A file inside a run, an export, a dataset or a scan is never replaced
+    by a figure or a table, nor is an archive."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; give a file name (a stem) for the output")
+    if path.exists():
+        kind = look(path.parent).kind
+        if kind in OWNED or zipfile.is_zipfile(path):
+            raise UserError(f"{path} belongs to {look(path.parent).what if kind in OWNED else 'an archive'}; a figure "
+                            "or table does not replace it. Choose another --out")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{path.parent} cannot be made ({e.strerror}); choose another --out") from e
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+# --- train.py's out_dir -------------------------------------------------------------------------------------
+
+
+class RunFolder:
+    """train.py's out_dir through the door. Rank 0 takes the lock and decides, every rank abides.
+
+    ``open`` decides, under the lock, whether this invocation resumes a checkpoint (returned, loaded on
+    every rank) or starts fresh (None). A fresh start writes nothing until ``commit``, which train.py
+    calls once the run has taken its first step, so that no input the user gave can still make it
+    fail: only then is an old run it replaces moved aside and removed, and config.json written.
+    ``read_only`` (evaluation) takes no lock and writes nothing.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, dist_, read_only: bool = False):
+        self.out_dir, self.dist, self.read_only = Path(out_dir), dist_, read_only
+        self.dest = Destination(out_dir, makes=RUN, option="--out_dir", command="train.py")
+        self.found: Found | None = None
+        self.fresh = True
+        self.held = False
+        self.committed = False
+
+    def open(self, init_from: str, overwrite: bool) -> dict | None:
+        import checkpoint
+        import data_parallel
+
+        decision = []
+
+        def decide():
+            if not self.read_only:
+                self.dest.__enter__()
+                self.held = True
+                self.found = self.dest.found
+            else:
+                self.found = look(self.out_dir)
+            decision.append(self._decide(init_from, overwrite))
+
+        try:
+            data_parallel.agree(decide)
+        except UserError:
+            self.close()
+            raise
+        decision = data_parallel.all_gather_object(decision[0] if decision else "")[0]
+        if decision.startswith("resume:"):
+            self.fresh = False
+            return checkpoint.load_file(Path(decision.removeprefix("resume:")))
+        return None
+
+    def _decide(self, init_from: str, overwrite: bool) -> str:
+        import checkpoint
+
+        found, where = self.found, f"out_dir '{self.out_dir}'"
+        latest = checkpoint.latest(self.out_dir) if found.kind == RUN else None
+        if init_from == "resume" or (init_from == "auto" and latest is not None):
+            if latest is not None:
+                return f"resume:{latest}"
+            if found.kind == RUN and found.restartable:
+                raise UserError(f"{where} has no checkpoint yet: its run stopped before the first one. Start it again "
+                                "with the same command without --init_from=resume (or with --init_from=auto)")
+            if found.kind == RUN:
+                raise UserError(f"{where} holds {found.what}: there is nothing to resume. Start a new run in another "
+                                "out_dir")
+            if found.kind in (ABSENT, EMPTY):
+                raise UserError(f"no checkpoint in {self.out_dir / checkpoint.FOLDER}; train first, or use "
+                                "--init_from=scratch")
+            raise UserError(f"{where} holds {found.what}, not a train.py run; give the out_dir of a run")
+        if self.read_only:
+            if init_from in ("scratch", "auto"):
+                raise UserError("eval_only=True evaluates a trained model: give --init_from=resume with the run's "
+                                "--out_dir, or --init_from=gpt2 or a Hugging Face directory")
+            return "fresh"
+        if found.kind == RUN and not found.restartable and not overwrite:
+            resume = "continue it with --init_from=resume, " if latest is not None else ""
+            raise UserError(f"{where} already holds {found.what}; {resume}choose another --out_dir, or pass "
+                            "--overwrite=True to replace it")
+        self.dest.allow(overwrite=overwrite)
+        if self.out_dir.exists() and not os.access(self.out_dir, os.W_OK | os.X_OK):
+            raise UserError(f"{where} is not writable; choose another --out_dir")
+        return "fresh"
+
+    def commit(self, config: dict) -> None:
+        """The run is under way: clear the run it replaces (a fresh start), then write its config.json."""
+        import data_parallel
+
+        if self.dist.is_main and not self.read_only:
+            if self.fresh and self.found.kind == RUN:
+                if self.found.restartable and self.found.what.startswith("a train.py run"):
+                    print(f"note: out_dir '{self.out_dir}' held the log of a run stopped before its first checkpoint; "
+                          "starting it again")
+                self.dest.move_aside(RUN_FILES)
+            self.out_dir.mkdir(exist_ok=True)
+            write_atomic(self.out_dir / "config.json", json.dumps(config, indent=2).encode())
+        self.committed = True
+        data_parallel.barrier()
+
+    def close(self) -> None:
+        if self.held:
+            self.held = False
+            self.dest.__exit__(None, None, None)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` or its old content, never a part: written beside, flushed, renamed."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
