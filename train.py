@@ -292,14 +292,17 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
 @torch.no_grad()
 def evaluate(model, batch, eval_iters: int, dist_: data_parallel.Dist, autocast) -> dict[str, float]:
     """Mean loss on the validation and the training data, over the same ``eval_iters`` batches
-    every time (``batch(stream, it, index, split)``); each rank computes its share."""
+    every time (``batch(stream, it, index, split)``); each rank computes its share. Every rank runs
+    the same number of forwards (a sharded model gathers its weights in each), whatever eval_iters:
+    where the batches do not split evenly, a rank's last one is a repeat that is not counted."""
     model.eval()
     out = {}
     for split, stream in (("val", dataset.EVAL_VAL), ("train", dataset.EVAL_TRAIN)):
         total = torch.zeros((), device=dist_.device, dtype=torch.float64)
-        for k in range(dist_.rank, eval_iters, dist_.world_size):
+        for k in range(dist_.rank, -(-eval_iters // dist_.world_size) * dist_.world_size, dist_.world_size):
             with autocast:
-                total += model(*batch(stream, 0, k, split))[1].double()
+                loss = model(*batch(stream, 0, min(k, eval_iters - 1), split))[1].double()
+            total += loss if k < eval_iters else 0.0
         out[split] = data_parallel.all_reduce_sum(total).item() / eval_iters
     model.train()
     return out

@@ -38,19 +38,47 @@ from . import _cpu_fused, _triton_fused
 _FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def check_hyperparameters(lr: float, betas: tuple[float, float], weight_decay: float, eps: float | None = None):
-    """Raise ValueError, naming the argument, for values torch.optim would also refuse."""
-    if not (isinstance(lr, torch.Tensor) or math.isfinite(lr)) or lr < 0.0:
+def _scalar(name: str, value) -> float:
+    """A hyperparameter as a float: a number, or a tensor of one element (what torch.optim takes)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_complex():
+            raise ValueError(f"Invalid {name}: a tensor {name} must hold one real number, got shape {tuple(value.shape)}")
+        return float(value.detach().reshape(()).item())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"Invalid {name}: {value!r} (must be a number)")
+    return float(value)
+
+
+def check_hyperparameters(lr, betas, weight_decay, eps=None) -> None:
+    """Raise ValueError, naming the argument, for values torch.optim would also refuse: for the defaults and for
+    every parameter group's own values alike (numbers, or tensors of one element)."""
+    if not (math.isfinite(_scalar("learning rate", lr)) and _scalar("learning rate", lr) >= 0.0):
         raise ValueError(f"Invalid learning rate: {lr} (must be a finite number >= 0)")
-    if len(betas) != 2:
+    if isinstance(betas, torch.Tensor) or not hasattr(betas, "__len__") or len(betas) != 2:
         raise ValueError(f"Invalid betas: {betas} (must be a pair (beta1, beta2))")
     for i, beta in enumerate(betas):
-        if not 0.0 <= beta < 1.0:
+        if not 0.0 <= _scalar(f"beta parameter at index {i}", beta) < 1.0:
             raise ValueError(f"Invalid beta parameter at index {i}: {beta} (must be in [0, 1))")
-    if not 0.0 <= weight_decay < math.inf:
+    if not 0.0 <= _scalar("weight_decay value", weight_decay) < math.inf:
         raise ValueError(f"Invalid weight_decay value: {weight_decay} (must be a finite number >= 0)")
-    if eps is not None and not 0.0 <= eps < math.inf:
+    if eps is not None and not 0.0 <= _scalar("epsilon value", eps) < math.inf:
         raise ValueError(f"Invalid epsilon value: {eps} (must be a finite number >= 0)")
+
+
+def check_group(group: dict) -> None:
+    """``check_hyperparameters`` on one parameter group's values (its own, or the defaults it took)."""
+    check_hyperparameters(group["lr"], group["betas"], group["weight_decay"], group.get("eps"))
+
+
+def check_gradients(name: str, pairs) -> None:
+    """Refuse, before any parameter or state changes, a step whose gradients cannot be applied: sparse, or of
+    another shape or device than their parameter. A step either updates every parameter or none."""
+    for p, g in pairs:
+        if g.is_sparse:
+            raise RuntimeError(f"{name} does not support sparse gradients")
+        if g.shape != p.shape or g.device != p.device:
+            raise RuntimeError(f"{name}: a gradient of shape {tuple(g.shape)} on {g.device} does not fit its parameter of "
+                               f"shape {tuple(p.shape)} on {p.device}")
 
 
 # Hyperparameters that tell torch.optim's and our optimizers apart in their groups (not the switches,
@@ -151,11 +179,15 @@ class MomentumOnlyOptimizer(Optimizer):
             raise ValueError("foreach and fused are mutually exclusive: set at most one of them to True")
         defaults = dict(defaults, foreach=foreach, fused=fused)
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            if group["fused"]:
-                for p in group["params"]:
-                    if p.real.dtype not in _FUSED_DTYPES:  # a complex parameter is updated as its pairs of reals
-                        raise ValueError(f"fused=True supports {_FUSED_DTYPES} parameters, got {p.dtype}")
+
+    def add_param_group(self, param_group: dict) -> None:
+        check_group({**self.defaults, **param_group})  # a group's own values are held to the rules of the defaults
+        super().add_param_group(param_group)
+        if self.param_groups[-1]["fused"]:
+            for p in self.param_groups[-1]["params"]:
+                if p.real.dtype not in _FUSED_DTYPES:  # a complex parameter is updated as its pairs of reals
+                    del self.param_groups[-1]
+                    raise ValueError(f"fused=True supports {_FUSED_DTYPES} parameters, got {p.dtype}")
 
     def load_state_dict(self, state_dict: dict) -> None:
         check_state_dict(self, state_dict, lambda p: {"step": None, "exp_avg": tuple(p.shape)})
@@ -171,6 +203,8 @@ class MomentumOnlyOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
 
+        check_gradients(type(self).__name__, ((p, p.grad) for group in self.param_groups for p in group["params"]
+                                              if p.grad is not None))
         for group in self.param_groups:
             # Tensors are bucketed by (device, step) so that a parameter whose grad was None on
             # some steps (and so has a smaller step count) gets its own bias correction.
@@ -181,8 +215,6 @@ class MomentumOnlyOptimizer(Optimizer):
                 g = p.grad
                 if g is None:
                     continue
-                if g.is_sparse:
-                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
@@ -215,8 +247,10 @@ class MomentumOnlyOptimizer(Optimizer):
     def _step_fused(self, ps, gs, ms, hp, device):
         if device.type == "cpu" and _cpu_fused.kernels() is not None and not self._compiled_on_cpu:
             kernel = getattr(_cpu_fused.kernels(), self.cpu_kernel)
-            fits = [g.dtype == p.dtype and p.is_contiguous() and g.is_contiguous() for p, g in zip(ps, gs)]
-            kernel(*([t for t, ok in zip(ts, fits) if ok] for ts in (ps, gs, ms)), *hp)
+            fits = [g.dtype == p.dtype and p.is_contiguous() and g.is_contiguous() and m.is_contiguous()
+                    for p, g, m in zip(ps, gs, ms)]
+            if any(fits):  # (the kernel takes no empty lists)
+                kernel(*([t for t, ok in zip(ts, fits) if ok] for ts in (ps, gs, ms)), *hp)
             if not all(fits):
                 self._step_foreach(*([t for t, ok in zip(ts, fits) if not ok] for ts in (ps, gs, ms)), hp)
             return
@@ -227,7 +261,8 @@ class MomentumOnlyOptimizer(Optimizer):
             return
         big, rest = ([], [], []), ([], [], [])
         for p, g, m in zip(ps, gs, ms):
-            fits = p.numel() >= FUSED_MIN_NUMEL and g.dtype == p.dtype and p.is_contiguous() and g.is_contiguous()
+            fits = (p.numel() >= FUSED_MIN_NUMEL and g.dtype == p.dtype and p.is_contiguous() and g.is_contiguous()
+                    and m.is_contiguous())
             for bucket, t in zip(big if fits else rest, (p, g, m)):
                 bucket.append(t)
         if big[0]:

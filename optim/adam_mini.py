@@ -31,7 +31,15 @@ import torch
 import torch.distributed as dist
 from torch.optim import Optimizer
 
-from ._momentum_only import check_hyperparameters, check_state_dict, is_dtensor, local, upcast
+from ._momentum_only import (
+    check_gradients,
+    check_group,
+    check_hyperparameters,
+    check_state_dict,
+    is_dtensor,
+    local,
+    upcast,
+)
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -279,6 +287,10 @@ class AdamMini(Optimizer):
                                          if type(module).__name__ == "Conv1D"})
         return cls(param_groups(model, weight_decay, named=True), **kwargs)
 
+    def add_param_group(self, param_group: dict) -> None:
+        check_group({**self.defaults, **param_group})  # a group's own values are held to the rules of the defaults
+        super().add_param_group(param_group)
+
     def load_state_dict(self, state_dict: dict) -> None:
         def shapes(p):
             block = self._blocks[p]
@@ -298,6 +310,11 @@ class AdamMini(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        pairs = [(p, p.grad) for group in self.param_groups for p in group["params"] if p.grad is not None]
+        check_gradients("AdamMini", pairs)
+        for p, _ in pairs:
+            if self._blocks[p].transposed and is_dtensor(p):
+                raise NotImplementedError(f"Adam-mini on a sharded (in, out) weight ({self._blocks[p].name}) is not supported")
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for p in group["params"]:

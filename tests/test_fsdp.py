@@ -11,6 +11,7 @@ import pytest
 
 import checkpoint
 import train
+from metrics import read as read_metrics
 from optim import OPTIMIZERS
 from tests.conftest import per_optimizer, tiny_config
 from tests.test_reliability import losses
@@ -145,3 +146,18 @@ def test_two_nodes_on_loopback_match_one_process(data_dir, tmp_path):
         _, err = launcher.communicate(timeout=300)
         assert launcher.returncode == 0, err[-3000:]
     assert_close_losses(single.out_dir, nodes.out_dir)
+
+
+@pytest.mark.parametrize("nproc, eval_iters", [(2, 3), (3, 4)])
+def test_fsdp_evaluation_over_processes_that_do_not_divide_eval_iters(nproc, eval_iters, data_dir, tmp_path):
+    # each rank runs the same forwards (a sharded forward gathers weights from every rank), so an evaluation whose
+    # batches do not split evenly ends; its mean is the one process's, over the same eval_iters batches
+    single = run_config(data_dir, tmp_path / "single", "adams", eval_iters=eval_iters, gradient_accumulation_steps=nproc * 2)
+    train.main(single)
+    sharded = run_config(data_dir, tmp_path / "fsdp", "adams", eval_iters=eval_iters, fsdp=True,
+                         gradient_accumulation_steps=nproc * 2)
+    torchrun("--standalone", f"--nproc_per_node={nproc}", "train.py", *cli_args(sharded), timeout=240)
+    one, many = (read_metrics(run.out_dir)[1] for run in (single, sharded))
+    assert [r["iter"] for r in one] == [r["iter"] for r in many] == [0, 4]
+    for a, b in zip(one, many):
+        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)

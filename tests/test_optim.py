@@ -674,3 +674,100 @@ def test_embedding_lr_scale_scales_exactly_the_embeddings_step():
         assert torch.allclose(step, factor * steps[1.0][name], rtol=1e-5, atol=1e-9), name
     with pytest.raises(ValueError, match="needs a model with token embeddings"):
         build_optimizer("adams", nn.Linear(3, 3), lr=1e-3, embedding_lr_scale=2.0)
+
+
+# --- as a library: every value checked as the defaults are, all-or-nothing steps, what AdamW takes -----------
+
+
+def _named(cls, params, **kwargs):
+    """``cls`` over ``params`` (a list, or groups of dicts); Adam-mini gets (name, parameter) pairs."""
+    if cls is not AdamMini:
+        return cls(params, **kwargs)
+    def named(ps):
+        return [(f"h{i}.mlp.c_fc.{'weight' if p.dim() == 2 else 'bias'}", p) for i, p in enumerate(ps)]
+    groups = params if isinstance(params[0], dict) else [{"params": params}]
+    return cls([dict(g, params=named(g["params"])) for g in groups], n_head=1, **kwargs)
+
+
+LIBRARY = [AdamS, Lion, AdamMini]
+
+
+@pytest.mark.parametrize("cls", LIBRARY)
+@pytest.mark.parametrize("override, match", [
+    (dict(lr=-1e-3), "Invalid learning rate"), (dict(lr=float("nan")), "Invalid learning rate"),
+    (dict(betas=(0.9, 1.0)), "Invalid beta parameter at index 1"), (dict(betas=(0.9,)), "Invalid betas"),
+    (dict(weight_decay=float("inf")), "Invalid weight_decay"), (dict(lr=torch.tensor([1e-3, 2e-3])), "one real number"),
+    (dict(lr=torch.tensor(-1.0)), "Invalid learning rate"), (dict(betas=(torch.tensor(1.5), 0.9)), "index 0"),
+    (dict(lr="0.1"), "must be a number"),
+])
+def test_a_groups_own_values_are_checked_as_the_defaults_are(cls, override, match):
+    w, b = nn.Parameter(torch.randn(3, 4)), nn.Parameter(torch.randn(3))
+    with pytest.raises(ValueError, match=match):  # as a default
+        _named(cls, [w, b], **override)
+    with pytest.raises(ValueError, match=match):  # as one group's own value
+        _named(cls, [{"params": [w]}, {"params": [b], **override}])
+    opt = _named(cls, [w])
+    with pytest.raises(ValueError, match=match):  # as a group added later
+        opt.add_param_group({"params": [b], **override})
+    assert len(opt.param_groups) == 1
+    if cls is AdamS and "eps" not in override:
+        with pytest.raises(ValueError, match="Invalid epsilon"):
+            AdamS([{"params": [w], "eps": -1.0}])
+
+
+@pytest.mark.parametrize("cls", LIBRARY)
+def test_a_tensor_learning_rate_steps_as_its_float(cls):
+    torch.manual_seed(0)
+    w = nn.Parameter(torch.randn(3, 4))
+    twin = nn.Parameter(w.detach().clone())
+    a, b = _named(cls, [w], lr=torch.tensor(3e-2)), _named(cls, [twin], lr=3e-2)
+    for _ in range(3):
+        w.grad = torch.randn(3, 4)
+        twin.grad = w.grad.clone()
+        a.step()
+        b.step()
+    torch.testing.assert_close(w.detach(), twin.detach(), rtol=1e-6, atol=0)  # (the tensor's 3e-2 is a float32)
+
+
+@pytest.mark.parametrize("cls", LIBRARY)
+@pytest.mark.parametrize("bad", ["sparse", "shape"])
+def test_a_step_that_fails_changes_no_parameter_and_no_state(cls, bad):
+    torch.manual_seed(0)
+    ws = [nn.Parameter(torch.randn(3, 4)) for _ in range(3)]
+    opt = _named(cls, ws, lr=1e-2)
+    for w in ws:
+        w.grad = torch.randn(3, 4)
+    opt.step()  # one good step, so there is state to keep
+    before = copy.deepcopy((opt.state_dict(), [w.detach().clone() for w in ws]))
+    if bad == "sparse":
+        ws[2].grad = torch.randn(3, 4).to_sparse()
+    else:  # (autograd never makes one; code that sets .grad.data by hand can)
+        ws[2].grad.data = torch.randn(4, 3)
+    with pytest.raises(RuntimeError, match="sparse gradients" if bad == "sparse" else "does not fit its parameter"):
+        opt.step()
+    state, params = opt.state_dict(), [w.detach() for w in ws]
+    assert all(torch.equal(a, b) for a, b in zip(params, before[1]))
+    assert [s["step"] for s in state["state"].values()] == [s["step"] for s in before[0]["state"].values()]
+    assert all(torch.equal(state["state"][i]["exp_avg"], before[0]["state"][i]["exp_avg"]) for i in state["state"])
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("impl", ["auto", "loop", "foreach", "fused"])
+def test_non_contiguous_parameters_and_gradients_step_as_contiguous_ones(name, impl):
+    # what torch.optim.AdamW takes: a parameter that is a transposed view, a gradient with other strides
+    if impl != "auto" and impl not in OPTIMIZERS[name].implementations:
+        pytest.skip(f"{name} has no {impl} implementation")
+    torch.manual_seed(0)
+    model, twin = nn.ModuleDict(dict(c_fc=nn.Linear(4, 6))), nn.ModuleDict(dict(c_fc=nn.Linear(4, 6)))  # (Adam-mini's names)
+    model.c_fc.weight = nn.Parameter(torch.randn(4, 6).t())  # non-contiguous, (6, 4)
+    assert not model.c_fc.weight.is_contiguous()
+    twin.load_state_dict(model.state_dict())
+    a = build_optimizer(name, model, lr=1e-2, weight_decay=0.1, implementation=impl)
+    b = build_optimizer(name, twin, lr=1e-2, weight_decay=0.1, implementation=impl)
+    for _ in range(3):
+        grad = torch.randn(4, 6)
+        model.c_fc.weight.grad, twin.c_fc.weight.grad = grad.t(), grad.t().contiguous()  # (6, 4), other strides
+        model.c_fc.bias.grad = twin.c_fc.bias.grad = torch.randn(6)
+        a.step()
+        b.step()
+    torch.testing.assert_close(model.c_fc.weight.detach(), twin.c_fc.weight.detach(), rtol=1e-6, atol=1e-7)
