@@ -398,17 +398,19 @@ def consolidate(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     return latest(dst)
 
 
-def main(argv=None) -> int:
+def main(argv=None):
 
     parser = cli.Parser(prog="python -m checkpoint", description="Checkpoints of train.py runs.")
     merge = parser.add_subparsers(dest="command", required=True).add_parser(
         "consolidate", help="a sharded (fsdp=True) run's latest .dcp checkpoint -> one .pt file",
         description="Write a sharded run's latest checkpoint (.dcp) as one .pt file in a new run folder, which "
                     "train.py (--init_from=resume), sample.py and export.py read.")
-    merge.add_argument("src", type=Path, help="the out_dir of a run trained with fsdp=True")
-    merge.add_argument("dst", type=Path, help="a new folder for the consolidated run")
+    merge.add_argument("src", type=cli.folder, help="the out_dir of a run trained with fsdp=True")
+    merge.add_argument("dst", type=cli.place, help="a new folder for the consolidated run")
     args = parser.parse_args(argv)
-    return cli.run(lambda: print(f"wrote {consolidate(args.src, args.dst)}"))
+    path = consolidate(args.src, args.dst)
+    print(f"wrote {path}")
+    return path
 
 
 if __name__ == "__main__":

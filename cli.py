@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -168,10 +169,13 @@ def _path(text: str) -> Path:
 
 
 def _writable_place(path: Path) -> bool:
-    first = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), Path("."))
-    return first.is_dir() or first != path
+    """Whether output can go to ``path``: the nearest part above it that exists is a folder (a file there
+    would make every folder below it impossible)."""
+    above = next((p for p in path.parents if p.exists() or p.is_symlink()), Path("."))
+    return above.is_dir()
 
 
+assignment = Kind("KEY=VALUE", str, lambda v: re.fullmatch(r"[A-Za-z_][\w-]*=.*", v) is not None, str)
 count = integer(1)  # how many of something: at least one
 natural = integer(0)  # a count that may be zero
 seed = integer(0, 2**31 - 1, "a seed from 0 to 2147483647")
@@ -182,7 +186,7 @@ beta = number(0.0, 1.0, says="a number in [0, 1)")
 file = Kind("an existing file", _path, lambda p: p.is_file(), Path)
 folder = Kind("an existing folder", _path, lambda p: p.is_dir(), Path)
 existing = Kind("an existing file or folder", _path, lambda p: p.exists(), Path)
-place = Kind("a path whose nearest existing part is a folder", _path, _writable_place, Path)  # where output goes
+place = Kind("a path below a folder (not below a file)", _path, _writable_place, Path)  # where output goes
 
 
 def main(entry: Callable[[list[str] | None], object], argv: list[str] | None = None) -> int:

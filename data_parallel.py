@@ -67,6 +67,25 @@ def hardware(device: torch.device | str) -> str:
     return f"{model or platform.processor() or platform.machine()}, {torch.backends.cpu.get_cpu_capability()}"
 
 
+def free_memory(device: torch.device) -> int | None:
+    """Bytes this process can still allocate on ``device``: the GPU's free memory, or on a CPU the least of
+    /proc/meminfo's MemAvailable and the container's (cgroup v2) limit less its use; None where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    found = []
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        line = next((x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable:")), None)
+        if line:
+            found.append(int(line.split()[1]) * 1024)
+    limit, used = Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current")
+    if limit.is_file() and used.is_file() and limit.read_text().strip().isdigit():
+        found.append(int(limit.read_text()) - int(used.read_text()))
+    return min(found) if found else None
+
+
 def setup(backend: str, device: str) -> Dist:
     """Join the process group when launched by torchrun (RANK set), else run as one process."""
     if "RANK" not in os.environ:

@@ -193,10 +193,10 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
     return hf_dir
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> None:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("source", help="a train.py out_dir (its latest checkpoint) or a checkpoint file or .dcp folder")
-    parser.add_argument("hf_dir", help="the Hugging Face directory to write")
+    parser.add_argument("source", type=cli.existing, help="a train.py out_dir (its latest checkpoint) or a checkpoint file or .dcp folder")
+    parser.add_argument("hf_dir", type=cli.place, help="the Hugging Face directory to write")
     parser.add_argument("--overwrite", action="store_true", help="replace hf_dir if it holds something")
     args = parser.parse_args(argv)
 
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
         out = export(args.source, args.hf_dir, args.overwrite)
         print(f"wrote {out}: " + ", ".join(sorted(p.name for p in out.iterdir())))
 
-    return cli.run(write)
+    write()
 
 
 if __name__ == "__main__":

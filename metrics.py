@@ -32,6 +32,25 @@ FILE = "metrics.jsonl"
 WANDB_ID = "wandb_id"  # in out_dir: the run's wandb id, so that a resumed run continues its own wandb run
 
 
+def read_json(path) -> object:
+    """A JSON file's content (a path, or anything with ``read_text``: a file inside a packed scan), or one error
+    naming the file when it is missing, unreadable or not JSON."""
+    try:
+        return json.loads(path.read_text() if hasattr(path, "read_text") else Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} cannot be read as JSON ({type(e).__name__}: {e}); restore it, or leave it out") from None
+
+
+def run_config(folder) -> dict:
+    """The settings a train.py run recorded (its config.json's ``config``), or one error naming the file."""
+    saved = read_json(folder / "config.json")
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
+        raise UserError(f"{folder / 'config.json'} is not the config.json of a train.py run (no 'config' in it)")
+    return saved["config"]
+
+
 def records(path) -> list[dict]:
     """The JSON objects of a metrics.jsonl, one a line; a last line cut short by a crash is left out
     (a bad line anywhere else is corruption, and an error naming the file). ``path`` is a file's path,

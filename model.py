@@ -51,11 +51,13 @@ def architecture(model_type: str) -> tuple[type, type]:
 
 def hf_model_type(name_or_path: str) -> str:
     """'llama' for a local Hugging Face Llama directory, else 'gpt2' (GPT-2 names and directories)."""
-    import json
     from pathlib import Path
 
     config = Path(name_or_path) / "config.json"
-    return "llama" if config.is_file() and json.loads(config.read_text()).get("model_type") == "llama" else "gpt2"
+    from metrics import read_json
+
+    saved = read_json(config) if config.is_file() else {}
+    return "llama" if isinstance(saved, dict) and saved.get("model_type") == "llama" else "gpt2"
 
 
 class LanguageModel(nn.Module):

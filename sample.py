@@ -13,7 +13,6 @@ tokenizer. ``--temperature=0`` is greedy decoding. The same seed gives the same 
 from __future__ import annotations
 
 import argparse
-import math
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 
 import checkpoint
 import cli
+import configurator
 import export
 from data_parallel import resolve_device
 from errors import UserError, require
@@ -81,10 +81,6 @@ def prompt_text(start: str) -> str:
 
 
 def sample(args) -> list[str]:
-    if args.num_samples < 1 or args.max_new_tokens < 0 or not args.temperature >= 0 or not math.isfinite(args.temperature):
-        raise UserError("--num_samples must be at least 1, --max_new_tokens and --temperature at least 0 (and finite)")
-    if args.top_k is not None and args.top_k < 1:
-        raise UserError(f"--top_k must be at least 1 (the number of most likely tokens to sample among), got {args.top_k}")
     device = resolve_device(args.device)
     model, vocab, hf_dir = load(args)
     model.to(device)
@@ -110,20 +106,20 @@ def sample(args) -> list[str]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out_dir", default="out", help="the run to sample from (its latest checkpoint)")
-    parser.add_argument("--init_from", default="resume", help="'resume' (out_dir), a GPT-2 name, or a Hugging Face directory")
+    parser.add_argument("--out_dir", type=cli.text("a run's folder"), default="out", help="the run to sample from (its latest checkpoint)")
+    parser.add_argument("--init_from", type=cli.text(), default="resume", help="'resume' (out_dir), a GPT-2 name, or a Hugging Face directory")
     parser.add_argument("--start", default="\n", help="the prompt, or FILE:path to read it from a file")
-    parser.add_argument("--num_samples", type=int, default=1)
-    parser.add_argument("--max_new_tokens", type=int, default=300)
-    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy; below 1: more conservative")
-    parser.add_argument("--top_k", type=int, default=200, help="sample among the k most likely tokens")
-    parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--device", default="auto", help="'cpu', 'cuda', 'mps', or 'auto'")
+    parser.add_argument("--num_samples", type=cli.integer(1, 10_000), default=1)
+    parser.add_argument("--max_new_tokens", type=cli.integer(0, 10_000_000), default=300)
+    parser.add_argument("--temperature", type=cli.nonnegative, default=0.8, help="0: greedy; below 1: more conservative")
+    parser.add_argument("--top_k", type=cli.count, default=200, help="sample among the k most likely tokens")
+    parser.add_argument("--seed", type=cli.seed, default=1337)
+    parser.add_argument("--device", type=configurator.kinds()["device"][1], default="auto", help="'cpu', 'cuda', 'cuda:N', 'mps', or 'auto'")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> None:
     args = parse_args(argv)
 
     def show():
@@ -131,7 +127,7 @@ def main(argv=None) -> int:
             print(text)
             print("---------------")
 
-    return cli.run(show)
+    show()
 
 
 if __name__ == "__main__":

@@ -163,7 +163,7 @@ def convert(src: Path, dst: Path, vocab_size: int, overwrite: bool = False) -> N
         print(f"{src} -> {dst}: {count:,} tokens")
 
 
-def main(argv=None) -> int:
+def main(argv=None):
 
     parser = cli.Parser(prog="python -m tokens", description="Token files: convert nanoGPT's into ours.")
     convert_cmd = parser.add_subparsers(dest="command", required=True).add_parser(
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     convert_cmd.add_argument("--vocab_size", type=cli.integer(1, 1 << 32), default=50257, help="the ids' vocabulary (GPT-2's)")
     convert_cmd.add_argument("--overwrite", action="store_true", help="replace the token file or dataset already at DST")
     args = parser.parse_args(argv)
-    return cli.run(lambda: convert(args.src, args.dst, args.vocab_size, args.overwrite))
+    convert(args.src, args.dst, args.vocab_size, args.overwrite)
 
 
 if __name__ == "__main__":

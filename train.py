@@ -83,6 +83,23 @@ def build_model(cfg: TrainConfig, data_vocab: int, resume: dict | None) -> Langu
     return model
 
 
+def check_memory(cfg: TrainConfig, data_vocab: int, device: torch.device) -> None:
+    """Refuse, before anything is allocated, settings that cannot fit: a lower bound of what training needs
+    (fp32 weights, gradients and one state tensor, and a fraction of the activations), against the device's free
+    memory. A run this lets through may still run out of memory; that is one error line too (``main``)."""
+    free = data_parallel.free_memory(device)
+    if free is None or cfg.init_from not in ("scratch", "auto"):
+        return
+    d, layers, vocab = cfg.n_embd, cfg.n_layer, dataset.model_vocab(data_vocab)
+    params = 12 * layers * d * d + (vocab + cfg.block_size) * d
+    activations = cfg.batch_size * cfg.block_size * (layers * 8 * d + vocab)  # far below what a step keeps
+    need = 4 * (3 * params + activations)
+    if need > free:
+        raise UserError(f"this model and batch need at least {need / 2**30:,.1f} GiB ({params:,} parameters, "
+                        f"{cfg.batch_size} x {cfg.block_size} tokens a micro-step) and {device} has "
+                        f"{free / 2**30:,.1f} GiB free; lower batch_size, block_size, n_embd or n_layer")
+
+
 def optimizer_kwargs(cfg: TrainConfig, announce: bool) -> dict:
     """The config's optimizer settings that the chosen optimizer takes (SGD has no betas, ...).
     Settings it does not take are dropped, with a note when they differ from the defaults."""
@@ -105,6 +122,14 @@ def main(cfg: TrainConfig, explicit: set[str] | None = None) -> dict:
     try:
         with contextlib.ExitStack() as cleanup:  # the run folder's lock, held until the run ends
             return train(cfg, dist_, explicit, cleanup)
+    except (torch.OutOfMemoryError, MemoryError) as e:
+        raise UserError(f"out of memory on {dist_.device} ({str(e).splitlines()[0][:160]}); lower batch_size (and raise "
+                        "gradient_accumulation_steps to keep the batch), block_size, or the model's size") from None
+    except RuntimeError as e:
+        if "can't allocate memory" not in str(e):
+            raise
+        raise UserError(f"out of memory on {dist_.device} ({str(e).splitlines()[0][-120:]}); lower batch_size (and "
+                        "raise gradient_accumulation_steps to keep the batch), block_size, or the model's size") from None
     finally:
         data_parallel.teardown()
         torch.set_flush_denormal(False)  # leave the process as we found it (tests, notebooks call main)
@@ -143,6 +168,7 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
     if device.type == "cpu":
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
     data = dataset.load(cfg.data_dir, cfg.dataset, cfg.block_size)
+    check_memory(cfg, data["vocab_size"], device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     raw_model = build_model(cfg, data["vocab_size"], resume).to(device)
     torch.manual_seed(cfg.seed + dist_.rank)  # dropout differs across ranks

@@ -41,7 +41,14 @@ def load_tokenizer(spec) -> Tokenizer:
     if not isinstance(spec, str):
         return Tokenizer(spec.encode_ordinary, spec.eot_token, spec.n_vocab)
     if spec not in _LOADED:
-        _LOADED[spec] = _load(spec)
+        try:
+            _LOADED[spec] = _load(spec)
+        except UserError:
+            raise
+        except Exception as e:  # whatever tiktoken, sentencepiece or transformers raise for a file they cannot read
+            first = (str(e).strip().splitlines() or [""])[0][:160]
+            raise UserError(f"--tokenizer {spec} cannot be loaded ({type(e).__name__}: {first}); give tiktoken:NAME, a "
+                            "sentencepiece .model file, or a Hugging Face tokenizer folder") from None
     return _LOADED[spec]
 
 

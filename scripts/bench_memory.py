@@ -132,13 +132,13 @@ def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="GPT-2 sizes (default: all four)")
     parser.add_argument("--small", action="store_true", help="a 2-layer stand-in model, for CPUs and tests")
-    parser.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS))
-    parser.add_argument("--block-size", type=int, default=1024)
-    parser.add_argument("--micro-batch", type=int, default=1, help="for peak memory, and the CPU timing (default: 1)")
-    parser.add_argument("--global-batch", type=int, default=PAPER_SEQUENCES,
+    parser.add_argument("--optimizers", nargs="+", type=cli.choice(*OPTIMIZERS), default=list(OPTIMIZERS))
+    parser.add_argument("--block-size", type=cli.integer(1, 1 << 20), default=1024)
+    parser.add_argument("--micro-batch", type=cli.integer(1, 1 << 16), default=1, help="for peak memory, and the CPU timing (default: 1)")
+    parser.add_argument("--global-batch", type=cli.integer(1, 1 << 20), default=PAPER_SEQUENCES,
                         help="sequences per iteration over all ranks, for the timing (default: 480, the paper's)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--json", type=Path, help="write the results here (rank 0)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", type=cli.place, help="write the results here (rank 0)")
     args = parser.parse_args(argv)
     for key in ("block_size", "micro_batch", "global_batch"):
         if getattr(args, key) < 1:

@@ -38,11 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--optimizers", nargs="+", default=["adamw", "adams"])
-    parser.add_argument("--iters", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=16, help="sequences per micro-step")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra train.py override")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--optimizers", nargs="+", type=cli.choice(lazily=lambda: __import__("optim").OPTIMIZERS), default=["adamw", "adams"])
+    parser.add_argument("--iters", type=cli.integer(1, 10_000_000), default=200)
+    parser.add_argument("--batch-size", type=cli.integer(1, 1 << 16), default=16, help="sequences per micro-step")
+    parser.add_argument("--set", action="append", type=cli.assignment, default=[], metavar="KEY=VALUE", help="extra train.py override")
+    parser.add_argument("--json", type=cli.place)
     args = parser.parse_args(argv)
 
     rows = []
@@ -62,13 +62,15 @@ def main(argv=None):
                    "--sample_tokens=0", "--dtype=auto", "--bias=True", *[f"--{s}" for s in args.set]]
             result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
             if result.returncode != 0:
-                raise UserError(f"{name}: train.py failed:\n{result.stderr[-3000:]}")
+                said = [line.removeprefix("error: ") for line in result.stderr.splitlines() if line.startswith("error:")]
+                why = said[-1] if said else (result.stderr.strip().splitlines() or ["no message"])[-1]
+                raise UserError(f"{name}: train.py failed ({why}); its command: {' '.join(map(str, cmd))}")
             lines = metrics.read(out)[0]
             steady = lines[len(lines) // 2:]
             mfus = [r["mfu"] for r in steady if r["mfu"] is not None]
             row = dict(optimizer=name, tokens_per_s=statistics.median(r["tokens_per_s"] for r in steady),
                        mfu=statistics.median(mfus) if mfus else None, iters=args.iters, batch_size=args.batch_size,
-                       config=json.loads((out / "config.json").read_text()))
+                       config=metrics.read_json(out / "config.json"))
             rows.append(row)
             mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "- (no known peak FLOPs for this device)"
             print(f"{name}: {row['tokens_per_s']:,.0f} tokens/s, MFU {mfu}")

@@ -56,12 +56,12 @@ def monte_carlo(mu: float, sigma: float, b1: float, b2: float, chains: int, step
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chains", type=int, default=200_000, help="independent chains per setting")
-    parser.add_argument("--steps", type=int, default=400, help="steps per chain: enough for every EMA to forget its zero start (b2**steps ~ 0)")
-    parser.add_argument("--beta1", type=float, default=0.9)
-    parser.add_argument("--beta2", type=float, nargs="+", default=[0.9, 0.95, 0.98], help="one or more")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("out/moments"), help="file stem: OUT.csv and OUT.png")
+    parser.add_argument("--chains", type=cli.integer(1, 10**8), default=200_000, help="independent chains per setting")
+    parser.add_argument("--steps", type=cli.integer(1, 10**6), default=400, help="steps per chain: enough for every EMA to forget its zero start (b2**steps ~ 0)")
+    parser.add_argument("--beta1", type=cli.beta, default=0.9)
+    parser.add_argument("--beta2", type=cli.beta, nargs="+", default=[0.9, 0.95, 0.98], help="one or more")
+    parser.add_argument("--seed", type=cli.seed, default=0)
+    parser.add_argument("--out", type=cli.place, default=Path("out/moments"), help="file stem: OUT.csv and OUT.png")
     args = parser.parse_args(argv)
 
     rows = []

@@ -29,7 +29,6 @@ OUT.png, and prints the measured R_emb, its fit, the table and the matched diffe
 from __future__ import annotations
 
 import csv
-import json
 import math
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+import metrics
 from errors import UserError
 from scripts import out_file, pack
 from scripts.sweep import final_val_loss
@@ -87,7 +87,7 @@ def measured_lrs(ratios: dict[str, float], dirs: list[Path]) -> list[tuple[float
         if not found:
             raise UserError(f"cannot find the measured run {run!r} beside the runs given; pass runs from the same "
                              "results folder as the AdamW runs noise_scale.py measured")
-        cfg = json.loads(found[0].read_text())["config"]
+        cfg = metrics.run_config(found[0].parent)
         points.append((cfg["learning_rate"] * cfg.get("embedding_lr_scale", 1.0), r))
     return points
 
@@ -98,7 +98,7 @@ def read_runs(dirs: list[Path], k: float, p: float) -> list[dict]:
         loss, finished = final_val_loss(d)
         if not finished or loss is None:
             continue
-        cfg = json.loads((d / "config.json").read_text())["config"]
+        cfg = metrics.run_config(d)
         scale = cfg.get("embedding_lr_scale", 1.0)  # runs made before the setting existed ran at 1
         eta = cfg["learning_rate"] * scale
         effective = effective_lr(eta, k, p) if cfg["optimizer"] == "adams" else eta
@@ -170,10 +170,10 @@ def plot(groups: dict[tuple[str, float], list[dict]], path: Path) -> None:
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="train.py out_dirs (packed scans' too)")
-    parser.add_argument("--noise", type=Path, nargs="+", required=True,
+    parser.add_argument("runs", nargs="+", type=cli.text("a run folder"), help="train.py out_dirs (packed scans' too)")
+    parser.add_argument("--noise", type=cli.file, nargs="+", required=True,
                         help="noise_scale.py's CSVs from AdamW runs on the same data (at several embedding lrs to fit R_emb's growth)")
-    parser.add_argument("--out", type=Path, default=Path("out/embedding_lr"))
+    parser.add_argument("--out", type=cli.place, default=Path("out/embedding_lr"))
     args = parser.parse_args(argv)
     args.runs = pack.expand(args.runs)
     ratios = {run: r for path in args.noise for run, r in embedding_ratios(path).items()}

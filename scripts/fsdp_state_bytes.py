@@ -48,9 +48,9 @@ def local_state_bytes(optimizer) -> int:
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="small", choices=list(SIZES) + list(LLAMA_SIZES) + ["tiny"])
-    parser.add_argument("--optimizers", nargs="+", default=["adamw", "adams", "lion", "adam_mini"])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--optimizers", nargs="+", type=cli.choice("adamw", "adams", "lion", "adam_mini"), default=["adamw", "adams", "lion", "adam_mini"])
+    parser.add_argument("--device", choices=("cpu", "cuda", "meta"), default="cpu")
+    parser.add_argument("--json", type=cli.place)
     args = parser.parse_args(argv)
 
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")

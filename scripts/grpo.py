@@ -73,6 +73,7 @@ import folders
 from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score, tinyzero_prompt
 from errors import UserError
+from metrics import read_json
 from scripts import pack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -345,7 +346,8 @@ def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, proc
 
 def finished(out: Path) -> bool:
     path = out / "run.json"
-    return path.exists() and json.loads(path.read_text()).get("done", False)
+    meta = read_json(path) if path.exists() else {}
+    return isinstance(meta, dict) and bool(meta.get("done", False))
 
 
 def eval_records(out: Path) -> list[dict]:
@@ -358,7 +360,7 @@ def eval_records(out: Path) -> list[dict]:
 def table_row(run: Path, last: int = 5) -> dict:
     """One finished run: its optimizer and lr, the test reward before GRPO, the best, and the mean
     of the last ``last`` evaluations (the final reward, less noisy than the last point)."""
-    meta, rewards = json.loads((run / "run.json").read_text()), [r["test_reward"] for r in eval_records(run)]
+    meta, rewards = read_json(run / "run.json"), [r["test_reward"] for r in eval_records(run)]
     return dict(run=run.name, optimizer=meta["optimizer"], lr=meta["lr"], seed=meta["seed"], steps=meta["steps"],
                 start=rewards[0], best=max(rewards), final=statistics.mean(rewards[-last:]))
 
@@ -427,44 +429,44 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", nargs="?", help="a Hugging Face model directory with a tokenizer (export.py's output), or a Hub name")
+    parser.add_argument("model", nargs="?", type=cli.text(), help="a Hugging Face model directory with a tokenizer (export.py's output), or a Hub name")
     parser.add_argument("--preset", choices=PRESETS, default="cpu", help="the settings marked (preset) as a set (default: cpu)")
     parser.add_argument("--optimizer", default="adams", choices=COMPARED)
-    parser.add_argument("--lr", type=float,
+    parser.add_argument("--lr", type=cli.nonnegative,
                         help="(preset) AdamW's learning rate (cpu's: the best of a scan for the Countdown starting "
                              "policy); the others follow the paper's rules")
-    parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW's (Lion gets 10x)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--steps", type=int, help="(preset) optimizer steps; default: --epochs over the training problems")
-    parser.add_argument("--epochs", type=int, help="(preset) passes over the training problems, when --steps is not given")
-    parser.add_argument("--prompts", type=int, help="(preset) prompts per optimizer step")
-    parser.add_argument("--generation-prompts", type=int,
+    parser.add_argument("--weight-decay", type=cli.nonnegative, default=0.01, help="AdamW's (Lion gets 10x)")
+    parser.add_argument("--seed", type=cli.seed, default=1)
+    parser.add_argument("--steps", type=cli.integer(1, 10**9), help="(preset) optimizer steps; default: --epochs over the training problems")
+    parser.add_argument("--epochs", type=cli.integer(1, 10**6), help="(preset) passes over the training problems, when --steps is not given")
+    parser.add_argument("--prompts", type=cli.integer(1, 1 << 20), help="(preset) prompts per optimizer step")
+    parser.add_argument("--generation-prompts", type=cli.integer(1, 1 << 20),
                         help="(preset) prompts per rollout (a multiple of --prompts; default: --prompts)")
-    parser.add_argument("--generations", type=int, help="(preset) completions per prompt (the GRPO group)")
-    parser.add_argument("--micro-batch", type=int, help="(preset) completions per forward pass (default: a whole step)")
-    parser.add_argument("--max-completion-length", type=int, help="(preset) tokens per completion")
-    parser.add_argument("--beta", type=float, help="(preset) KL penalty against the starting policy")
+    parser.add_argument("--generations", type=cli.integer(2, 1024), help="(preset) completions per prompt (the GRPO group)")
+    parser.add_argument("--micro-batch", type=cli.integer(1, 1 << 20), help="(preset) completions per forward pass (default: a whole step)")
+    parser.add_argument("--max-completion-length", type=cli.integer(1, 1 << 20), help="(preset) tokens per completion")
+    parser.add_argument("--beta", type=cli.nonnegative, help="(preset) KL penalty against the starting policy")
     parser.add_argument("--loss-type", choices=("grpo", "bnpo", "dr_grpo", "dapo"), help="(preset) TRL's loss_type")
     parser.add_argument("--template", choices=("short", "tinyzero"),
                         help="(preset) the prompt: a one-line problem (short), or TinyZero's for base models")
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None, help="(preset)")
-    parser.add_argument("--eval-every", type=int, help="(preset) optimizer steps between test evaluations")
-    parser.add_argument("--test-problems", type=int, help="(preset) how many test problems to score")
+    parser.add_argument("--eval-every", type=cli.integer(1, 10**9), help="(preset) optimizer steps between test evaluations")
+    parser.add_argument("--test-problems", type=cli.integer(1, 10**7), help="(preset) how many test problems to score")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                         help="auto: cuda where a GPU is visible (pick it with CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                         help="autocast dtype of training (auto: bf16 on a GPU that has it); weights stay fp32")
     parser.add_argument("--vllm", default="auto", choices=("auto", "on", "off"),
                         help="generate with vLLM (colocated) where it is installed and on CUDA")
-    parser.add_argument("--data", type=Path, default=DATA, help="folder with rl_train.jsonl and test.jsonl")
-    parser.add_argument("--out", type=Path, default=Path("out/grpo"), help="the run's folder (with --compare: the runs' parent)")
+    parser.add_argument("--data", type=cli.folder, default=DATA, help="folder with rl_train.jsonl and test.jsonl")
+    parser.add_argument("--out", type=cli.place, default=Path("out/grpo"), help="the run's folder (with --compare: the runs' parent)")
     parser.add_argument("--overwrite", action="store_true", help="replace a finished run in --out")
     parser.add_argument("--evaluate-only", action="store_true", help="print the model's test reward and stop")
     parser.add_argument("--compare", action="store_true", help="AdamW, AdamS and Lion x --seeds, then the figure")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--adams-lr", type=float, metavar="LR",
+    parser.add_argument("--seeds", type=cli.seed, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--adams-lr", type=cli.nonnegative, metavar="LR",
                         help="with --compare: AdamS at this lr of its own too (runs adams_lr=LR_seed=S), in the figure")
-    parser.add_argument("--table", nargs="+", metavar="RUN",
+    parser.add_argument("--table", nargs="+", type=cli.text("a run folder"), metavar="RUN",
                         help="print a markdown table of finished runs (start, best and final test reward) and stop")
     parser.show_sets(PRESETS, "preset")
     args = parser.parse_args(argv)

@@ -20,6 +20,7 @@ prefetch hints (commit 17343ec) show.
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -91,11 +92,11 @@ def measure(modules: dict, dtype, n: int, rounds: int, calls_per_round: int) -> 
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--against", nargs="*", default=[], metavar="REV", help="git revisions to compare with this tree")
+    parser.add_argument("--against", nargs="*", type=cli.Kind("a git revision", str, lambda v: bool(re.fullmatch(r"[\w./^~-]+", v)), str), default=[], metavar="REV", help="git revisions to compare with this tree")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--elements", type=int, default=1 << 18, help="elements per tensor (keep p, g, m inside the cache)")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--calls", type=int, default=50, help="kernel calls per timed round")
+    parser.add_argument("--elements", type=cli.integer(1, 1 << 31), default=1 << 18, help="elements per tensor (keep p, g, m inside the cache)")
+    parser.add_argument("--rounds", type=cli.integer(1, 10_000), default=15)
+    parser.add_argument("--calls", type=cli.integer(1, 1_000_000), default=50, help="kernel calls per timed round")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)

@@ -29,7 +29,6 @@ there is not measured).
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 import sys
@@ -39,6 +38,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+import metrics
 from errors import UserError
 from scripts import out_file, pack
 from scripts.sweep import final_val_loss
@@ -63,7 +63,7 @@ def read_runs(dirs: list[Path]) -> list[dict]:
         loss, finished = final_val_loss(d)
         if not finished or loss is None:
             continue
-        info = json.loads((d / "config.json").read_text())
+        info = metrics.read_json(d / "config.json")
         cfg, derived = info["config"], info["derived"]
         runs.append(dict(params=derived["parameters"], batch_tokens=derived["tokens_per_iter"], optimizer=cfg["optimizer"],
                          lr=cfg["learning_rate"], seed=cfg["seed"], max_iters=cfg["max_iters"],
@@ -232,11 +232,11 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="run folders (each with config.json and metrics.jsonl), packed scans' included")
-    parser.add_argument("--noise", type=Path, help="noise_scale.py's CSV, to place each batch against B_noise")
+    parser.add_argument("runs", nargs="+", type=cli.text("a run folder"), help="run folders (each with config.json and metrics.jsonl), packed scans' included")
+    parser.add_argument("--noise", type=cli.file, help="noise_scale.py's CSV, to place each batch against B_noise")
     parser.add_argument("--matched-seeds", action="store_true",
                         help="in each grid, use only the seeds that every one of its lr points has")
-    parser.add_argument("--out", type=Path, default=Path("out/lr_transfer"))
+    parser.add_argument("--out", type=cli.place, default=Path("out/lr_transfer"))
     args = parser.parse_args(argv)
 
     runs = read_runs([d for d in pack.expand(args.runs) if d.is_dir()])

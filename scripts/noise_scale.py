@@ -51,6 +51,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 
 import checkpoint
 import cli
+import configurator
 import dataset
 from errors import UserError
 from model import LanguageModel, architecture
@@ -288,18 +289,18 @@ def measure_checkpoint(state: dict, tokens, micro_batches: int, batch_tokens: li
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="train.py out_dirs with checkpoints")
-    parser.add_argument("--micro_batches", type=int, default=32, help="K: micro-batch gradients per checkpoint")
-    parser.add_argument("--batch_tokens", type=int, nargs="+",
+    parser.add_argument("runs", nargs="+", type=cli.folder, help="train.py out_dirs with checkpoints")
+    parser.add_argument("--micro_batches", type=cli.integer(2, 100_000), default=32, help="K: micro-batch gradients per checkpoint")
+    parser.add_argument("--batch_tokens", type=cli.integer(1, 1 << 40), nargs="+",
                         default=[512, 2048, 8192, 32768, 131072, PAPER_BATCH, 2_097_152],
                         help="batch sizes (tokens) to predict the ratio at; each run's own is always added")
-    parser.add_argument("--data_dir", help="read the data from here instead of the run's data_dir")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--adams_beta2", type=float,
+    parser.add_argument("--data_dir", type=cli.folder, help="read the data from here instead of the run's data_dir")
+    parser.add_argument("--device", type=configurator.kinds()["device"][1], default="cpu")
+    parser.add_argument("--adams_beta2", type=cli.beta,
                         help="AdamS's beta2 in the predicted and measured step ratios (default: the run's own, as "
                              "the paper shares it); the run's AdamW moments are used as they are")
-    parser.add_argument("--seed", type=int, default=0, help="torch seed (dropout masks, if the run has dropout)")
-    parser.add_argument("--out", type=Path, default=Path("out/noise_scale"))
+    parser.add_argument("--seed", type=cli.seed, default=0, help="torch seed (dropout masks, if the run has dropout)")
+    parser.add_argument("--out", type=cli.place, default=Path("out/noise_scale"))
     args = parser.parse_args(argv)
     if args.micro_batches < 2:
         parser.error("--micro_batches must be at least 2")

@@ -17,7 +17,6 @@ which the loss curves, all close together, hide:
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -26,13 +25,14 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
+import metrics
 from errors import UserError
 from metrics import records
 from scripts import out_file, pack
 
 
 def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
-    config = json.loads((out_dir / "config.json").read_text())["config"]
+    config = metrics.run_config(out_dir)
     evals = [r for r in records(out_dir / "metrics.jsonl") if "val_loss" in r]
     return config, evals
 
@@ -61,13 +61,13 @@ def line_styles(labels, keys: list[str] | None) -> dict[str, str]:
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="out_dirs holding metrics.jsonl and config.json (packed scans' too)")
-    parser.add_argument("--group", nargs="+", help="config keys whose values group runs into one curve (e.g. optimizer)")
+    parser.add_argument("runs", nargs="+", type=cli.text("a run folder"), help="out_dirs holding metrics.jsonl and config.json (packed scans' too)")
+    parser.add_argument("--group", nargs="+", type=cli.text("a config key"), help="config keys whose values group runs into one curve (e.g. optimizer)")
     parser.add_argument("--x", choices=["iter", "tokens"], default="iter")
-    parser.add_argument("--out", type=Path, default=Path("out/curves"), help="output path without extension")
-    parser.add_argument("--title", default="validation loss")
-    parser.add_argument("--skip-first", type=int, default=1, help="evaluations to leave off the plot (the untrained model's)")
-    parser.add_argument("--minus", metavar="LABEL", help="add a panel of every curve minus this one (a curve's label)")
+    parser.add_argument("--out", type=cli.place, default=Path("out/curves"), help="output path without extension")
+    parser.add_argument("--title", type=str, default="validation loss")
+    parser.add_argument("--skip-first", type=cli.natural, default=1, help="evaluations to leave off the plot (the untrained model's)")
+    parser.add_argument("--minus", type=cli.text("a curve's label"), metavar="LABEL", help="add a panel of every curve minus this one (a curve's label)")
     args = parser.parse_args(argv)
 
     groups: dict[str, list[list[dict]]] = {}

@@ -146,13 +146,11 @@ def plot(curves: dict, rows: list[dict], steps: list[int], rbar: float, path: Pa
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="AdamW and AdamS run folders (train.py out_dirs; packed scans' too)")
-    parser.add_argument("--rbar", type=float, required=True, help="AdamS/AdamW step-length ratio (scripts/noise_scale.py)")
-    parser.add_argument("--at", type=int, nargs="+", help="evaluation steps to compare at (default: the last shared)")
-    parser.add_argument("--out", type=Path, default=Path("out/step_matched"))
+    parser.add_argument("runs", nargs="+", type=cli.text("a run folder"), help="AdamW and AdamS run folders (train.py out_dirs; packed scans' too)")
+    parser.add_argument("--rbar", type=cli.positive, required=True, help="AdamS/AdamW step-length ratio (scripts/noise_scale.py)")
+    parser.add_argument("--at", type=cli.natural, nargs="+", help="evaluation steps to compare at (default: the last shared)")
+    parser.add_argument("--out", type=cli.place, default=Path("out/step_matched"))
     args = parser.parse_args(argv)
-    if not args.rbar > 0:
-        raise UserError(f"--rbar must be a positive ratio, got {args.rbar}; scripts/noise_scale.py prints it")
     curves = loss_curves(pack.expand(args.runs))
     for opt in ("adamw", "adams"):
         if not any(o == opt for o, _ in curves):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import json
 import math
 import os
 import posixpath
@@ -49,7 +48,7 @@ if __package__ in (None, ""):  # run by path, not with -m: make the repo's modul
 import cli  # noqa: E402
 import folders  # noqa: E402
 from errors import UserError  # noqa: E402
-from metrics import records  # noqa: E402
+from metrics import records, run_config  # noqa: E402
 from scripts import pack  # noqa: E402
 
 
@@ -103,7 +102,7 @@ def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
     metrics, config = out_dir / "metrics.jsonl", out_dir / "config.json"
     if not metrics.exists() or not config.exists():
         return None, False
-    max_iters = json.loads(config.read_text())["config"]["max_iters"]
+    max_iters = run_config(out_dir).get("max_iters", math.inf)
     lines = records(metrics)  # a last line cut short by a crash is left out
     if lines and lines[-1].get("kind") == "diverged":
         return math.inf, True
@@ -116,10 +115,10 @@ def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", nargs="*", type=cli.file, help="config files every run starts from")
-    parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (repeatable)")
+    parser.add_argument("--grid", action="append", type=cli.assignment, default=[], help="KEY=V1,V2,... (repeatable)")
     parser.add_argument("--seeds", type=cli.seed, nargs="+", default=[1337])
     parser.add_argument("--out", type=cli.place, required=True, help="folder for the runs and the summary")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run; VALUE may be FACTOR*GRIDKEY (repeatable)")
+    parser.add_argument("--set", action="append", type=cli.assignment, default=[], metavar="KEY=VALUE", help="override for every run; VALUE may be FACTOR*GRIDKEY (repeatable)")
     parser.add_argument("--jobs", type=cli.integer(1, 1024), default=1, help="runs at a time, locally")
     parser.add_argument("--threads", type=cli.integer(1, 4096),
                         help="CPU threads per process (OMP_NUM_THREADS); default cores // (jobs x nproc)")

@@ -43,10 +43,10 @@ def step_sizes(ratios: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--beta1", type=float, default=0.9)
-    parser.add_argument("--beta2", type=float, nargs="+", default=[0.9, 0.95, 0.99, 0.999])
-    parser.add_argument("--points", type=int, default=2601)
-    parser.add_argument("--out", type=Path, default=Path("out/update_magnitude"), help="file stem: OUT.csv and OUT.png")
+    parser.add_argument("--beta1", type=cli.beta, default=0.9)
+    parser.add_argument("--beta2", type=cli.beta, nargs="+", default=[0.9, 0.95, 0.99, 0.999])
+    parser.add_argument("--points", type=cli.integer(2, 10**7), default=2601)
+    parser.add_argument("--out", type=cli.place, default=Path("out/update_magnitude"), help="file stem: OUT.csv and OUT.png")
     args = parser.parse_args(argv)
 
     ratios = torch.linspace(-13, 13, args.points, dtype=torch.float64)

@@ -145,9 +145,11 @@ CASES = [
     ("out_dir is a file", train.cli, lambda w: [*train_args(w), f"--out_dir={w['root'] / 'prompt.bin' / 'x'}"],
      "is not writable"),
     # sample.py
-    ("sample top_k 0", sample.main, lambda w: [f"--out_dir={w['run']}", "--top_k=0"], "--top_k must be at least 1"),
-    ("sample nan temperature", sample.main, lambda w: [f"--out_dir={w['run']}", "--temperature=nan"], "--temperature"),
-    ("sample negative tokens", sample.main, lambda w: [f"--out_dir={w['run']}", "--max_new_tokens=-1"], "at least 0"),
+    ("sample top_k 0", sample.main, lambda w: [f"--out_dir={w['run']}", "--top_k=0"], "argument --top_k/--top-k: must be an integer >= 1, got '0'"),
+    ("sample nan temperature", sample.main, lambda w: [f"--out_dir={w['run']}", "--temperature=nan"],
+     "argument --temperature: must be a finite number >= 0, got 'nan'"),
+    ("sample negative tokens", sample.main, lambda w: [f"--out_dir={w['run']}", "--max_new_tokens=-1"],
+     "must be an integer from 0 to 10000000, got '-1'"),
     ("sample prompt not UTF-8", sample.main, lambda w: [f"--out_dir={w['run']}", f"--start=FILE:{w['root'] / 'prompt.bin'}"],
      "is not UTF-8 text"),
     ("sample prompt missing", sample.main, lambda w: [f"--out_dir={w['run']}", "--start=FILE:/no/such/prompt"], "no such file"),
@@ -161,14 +163,16 @@ CASES = [
     ("export over the run's parent", export.main, lambda w: [w["run"] / "checkpoints" / checkpoint.latest(w["run"]).name,
                                                               w["root"], "--overwrite"], "will not replace"),
     ("export over an export", export.main, lambda w: [w["run"], w["hf"]], "holds a Hugging Face model (an export)"),
-    ("export from nowhere", export.main, lambda w: [w["root"] / "nowhere", w["root"] / "new_hf"], "neither a run's out_dir"),
+    ("export from nowhere", export.main, lambda w: [w["root"] / "nowhere", w["root"] / "new_hf"],
+     "argument source: must be an existing file or folder"),
     # the sweep
     ("sweep summarize nowhere", sweep.main, lambda w: ["--summarize", "--out", w["root"] / "no_sweep"], "does not exist"),
     ("sweep jobs 0", sweep.main, lambda w: ["--jobs", "0", "--out", w["root"] / "no_sweep"], "argument --jobs: must be an integer from 1 to 1024, got '0'"),
     ("sweep nproc 0", sweep.main, lambda w: ["--nproc", "0", "--out", w["root"] / "no_sweep"], "argument --nproc: must be an integer from 1 to 1024, got '0'"),
     ("sweep missing config", sweep.main, lambda w: [w["root"] / "nope.py", "--out", w["root"] / "no_sweep"],
      "argument configs: must be an existing file"),
-    ("sweep bad grid", sweep.main, lambda w: ["--grid", "learning_rate", "--out", w["root"] / "no_sweep"], "write KEY=V1,V2"),
+    ("sweep bad grid", sweep.main, lambda w: ["--grid", "learning_rate", "--out", w["root"] / "no_sweep"],
+     "argument --grid: must be KEY=VALUE, got 'learning_rate'"),
     ("sweep bad scale", sweep.main, lambda w: ["--grid", "seed=1", "--set", "min_lr=0.1*lr", "--out", w["root"] / "no_sweep"],
      "is not a --grid key"),
     # data preparation
@@ -200,7 +204,7 @@ def test_evaluation_only_reads_the_run(world, capsys):
 
 def test_sample_and_export_read_the_run_and_exports_are_readable_by_others(world, tmp_path, capsys):
     before = tree(world["run"])
-    assert sample.main([f"--out_dir={world['run']}", "--max_new_tokens=4"]) == 0
+    assert cli.main(sample.main, [f"--out_dir={world['run']}", "--max_new_tokens=4"]) == 0
     old = os.umask(0o022)
     try:
         export.export(world["run"], tmp_path / "hf")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import checkpoint
+import cli
 import dataset
 import export
 import metrics
@@ -133,15 +134,15 @@ def test_export_refuses_to_overwrite_and_says_why(byte_run, tmp_path, capsys):
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "keep.txt").write_text("mine")
     for overwrite in ([], ["--overwrite"]):  # what is not an export is never replaced
-        assert export.main([str(byte_run.out_dir), str(tmp_path / "hf"), *overwrite]) == 2
+        assert cli.main(export.main, [str(byte_run.out_dir), str(tmp_path / "hf"), *overwrite]) == 2
         assert "will not replace; choose another HF_DIR" in capsys.readouterr().err
         assert (tmp_path / "hf" / "keep.txt").read_text() == "mine"
     export.export(byte_run.out_dir, tmp_path / "hf1")
-    assert export.main([str(byte_run.out_dir), str(tmp_path / "hf1")]) == 2  # an export: only with --overwrite
+    assert cli.main(export.main, [str(byte_run.out_dir), str(tmp_path / "hf1")]) == 2  # an export: only with --overwrite
     assert "holds a Hugging Face model (an export); choose another HF_DIR, or pass --overwrite" in capsys.readouterr().err
-    assert export.main([str(byte_run.out_dir), str(tmp_path / "hf1"), "--overwrite"]) == 0
-    assert export.main([str(tmp_path / "nowhere"), str(tmp_path / "hf2")]) == 2
-    assert "neither a run's out_dir nor a checkpoint" in capsys.readouterr().err
+    assert cli.main(export.main, [str(byte_run.out_dir), str(tmp_path / "hf1"), "--overwrite"]) == 0
+    assert cli.main(export.main, [str(tmp_path / "nowhere"), str(tmp_path / "hf2")]) == 2
+    assert "argument source: must be an existing file or folder" in capsys.readouterr().err
     assert not (tmp_path / "hf2").exists()
 
 
@@ -174,7 +175,7 @@ def test_export_of_a_sharded_checkpoint(data_dir, tmp_path):
 
 def test_sample_greedy_equals_transformers_generate_on_the_exported_model(byte_run, tmp_path, capsys):
     prompt = "def main("
-    assert sample.main([f"--out_dir={byte_run.out_dir}", f"--start={prompt}", "--temperature=0",
+    assert cli.main(sample.main, [f"--out_dir={byte_run.out_dir}", f"--start={prompt}", "--temperature=0",
                         "--max_new_tokens=20"]) == 0
     ours = capsys.readouterr().out.split("\n---------------\n")[0]
     export.export(byte_run.out_dir, tmp_path / "hf")
@@ -198,12 +199,12 @@ def test_sample_is_deterministic_for_a_seed(byte_run):
     (["--out_dir=NOWHERE"], "no checkpoint in"),
     (["--out_dir=RUN", "--start=FILE:/no/such/prompt.txt"], "no such file"),
     (["--out_dir=RUN", "--start="], "the prompt is empty"),
-    (["--out_dir=RUN", "--temperature=-1"], "at least 0"),
+    (["--out_dir=RUN", "--temperature=-1"], "argument --temperature: must be a finite number >= 0, got '-1'"),
     (["--init_from=/no/such/hf_dir"], "neither 'resume' nor a GPT-2 name"),
 ])
 def test_sample_errors_are_one_line(argv, message, byte_run, tmp_path, capsys):
     argv = [a.replace("NOWHERE", str(tmp_path / "none")).replace("RUN", str(byte_run.out_dir)) for a in argv]
-    assert sample.main(argv) == 2
+    assert cli.main(sample.main, argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
 
@@ -215,7 +216,7 @@ def test_sample_refuses_characters_outside_the_vocabulary(tmp_path, capsys):
     write_tokens(root / "ascii" / "val.bin", ascii_tokens[:5000], 128)
     cfg = tiny_config(root, tmp_path / "run", dataset="ascii", max_iters=1, eval_interval=1, eval_iters=1)
     train.main(cfg)
-    assert sample.main([f"--out_dir={cfg.out_dir}", "--start=café"]) == 2
+    assert cli.main(sample.main, [f"--out_dir={cfg.out_dir}", "--start=café"]) == 2
     assert "outside the model's vocabulary of 128" in capsys.readouterr().err
 
 

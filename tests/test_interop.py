@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import checkpoint
+import cli
 import dataset
 import export
 import metrics
@@ -70,7 +71,7 @@ def test_a_checkpoint_from_before_the_plain_rng_states_still_resumes(data_dir, t
 
 def test_consolidating_a_sharded_run_gives_one_pt_that_resumes_exactly_as_the_shards_do(sharded_run, tmp_path):
     src = Path(sharded_run.out_dir)
-    assert checkpoint.main(["consolidate", str(src), str(tmp_path / "one")]) == 0
+    assert cli.main(checkpoint.main, ["consolidate", str(src), str(tmp_path / "one")]) == 0
     one = checkpoint.latest(tmp_path / "one")
     assert one.name == "ckpt_00000004.pt" and (tmp_path / "one" / "config.json").is_file()
     torch.load(one, weights_only=True)
@@ -86,7 +87,7 @@ def test_consolidating_a_sharded_run_gives_one_pt_that_resumes_exactly_as_the_sh
         assert torch.equal(a["model"][key], b["model"][key]), key
     assert [r["val_loss"] for r in metrics.read(tmp_path / "shards")[1]] == [r["val_loss"] for r in metrics.read(tmp_path / "one")[1]]
     export.export(tmp_path / "one", tmp_path / "hf")  # and export reads it
-    assert checkpoint.main(["consolidate", str(tmp_path / "one"), str(tmp_path / "again")]) == 2  # already one file
+    assert cli.main(checkpoint.main, ["consolidate", str(tmp_path / "one"), str(tmp_path / "again")]) == 2  # already one file
 
 
 def test_nanogpt_token_files_convert_and_train(tmp_path, data_dir):

@@ -1177,7 +1177,7 @@ def test_step_matched_reads_adams_on_adamws_grid_at_lr_times_rbar(tmp_path):
 def test_step_matched_refuses_bad_input(tmp_path):
     w = _fake_run(tmp_path, "adamw", 1e-3, 1, {10: 3.0})
     s = _fake_run(tmp_path, "adams", 1e-3, 1, {10: 3.0, 20: 2.0})
-    with pytest.raises(UserError, match="--rbar must be a positive ratio"):
+    with pytest.raises(UserError, match="argument --rbar: must be a finite number > 0, got '0'"):
         step_matched.main([str(w), str(s), "--rbar", "0", "--out", str(tmp_path / "m")])
     with pytest.raises(UserError, match="no adams run among the given folders"):
         step_matched.main([str(w), "--rbar", "3", "--out", str(tmp_path / "m")])

@@ -40,16 +40,32 @@ def write_problems(path: Path, problems) -> None:
 
 
 def read_problems(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The problems of a jsonl file this module wrote, or one error naming the file and the line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        raise UserError(f"{path} does not exist; run python -m data.countdown.prepare first") from None
+    problems = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            problem = json.loads(line)
+            numbers, target = [int(n) for n in problem["numbers"]], int(problem["target"])
+        except (ValueError, KeyError, TypeError):
+            raise UserError(f"{path} line {i} is not a Countdown problem (JSON with numbers and target); regenerate it with "
+                            "python -m data.countdown.prepare") from None
+        problems.append(dict(problem, numbers=numbers, target=target))
+    return problems
 
 
 def prepare(out: Path, sft: int = 16_000, sft_val: int = 500, rl_train: int = 2_000, test: int = 256,
             seed: int = 0, max_number: int = 9, overwrite: bool = False) -> dict[str, int]:
     """Write the four files into ``out`` (folders.dataset: all of them, or none); a set already there is
     replaced only with ``overwrite``."""
-    problems = generate(sft + sft_val + rl_train + test, seed, max_number=max_number)
-    parts = np.split(np.array(problems, dtype=object), np.cumsum([sft, sft_val, rl_train]))
     with folders.dataset(out, FILES, overwrite, command="data.countdown.prepare") as staged:
+        problems = generate(sft + sft_val + rl_train + test, seed, max_number=max_number)
+        parts = np.split(np.array(problems, dtype=object), np.cumsum([sft, sft_val, rl_train]))
         write_tokens(staged / "train.bin", corpus(parts[0]), 256)
         write_tokens(staged / "val.bin", corpus(parts[1]), 256)
         write_problems(staged / "rl_train.jsonl", parts[2])

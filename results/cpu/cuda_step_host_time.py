@@ -12,7 +12,6 @@ width 64. Single-threaded; a 2-core VM, so expect a few percent between runs.
     python results/cpu/cuda_step_host_time.py --repeats 5   # a quick check that it runs
 """
 
-import argparse
 import contextlib
 import statistics
 import sys
@@ -70,7 +69,7 @@ def time_steps(opt, repeats=300):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=300, help="timed steps per optimizer and size (the median is kept)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
