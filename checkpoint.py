@@ -1,8 +1,8 @@
 """Checkpoints: everything a run needs to continue exactly, written so a crash loses nothing.
 
-A run meets this module three times: ``prepare`` (does out_dir hold a run to continue, or is this
-a fresh start?), ``restore`` (the model, optimizer, loss scaler, RNG streams and counters of the
-run being continued, in whatever layout this run has) and ``save_run`` (all of it again).
+A run meets this module twice: ``restore`` (the model, optimizer, loss scaler, RNG streams and
+counters of the run being continued, in whatever layout this run has) and ``save_run`` (all of it
+again). Whether a folder holds a run to continue is the door's to say (folders.RunFolder).
 
 Layout inside ``out_dir``::
 
@@ -32,9 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import cli
 import data_parallel
-import metrics
 from errors import UserError
 
 FOLDER = "checkpoints"
@@ -365,53 +363,3 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
                             f"({e.strerror}); the last complete one is {latest(out_dir)}. Free space or fix the "
                             "folder's permissions, then resume with --init_from=resume") from e
     data_parallel.barrier()
-
-
-# --- a sharded run as one file --------------------------------------------------------------------------
-
-
-def consolidate(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
-    """Write the latest checkpoint of a sharded run ``src`` (a ``.dcp`` folder) as one ``.pt`` file in a new
-    run folder ``dst``, with the run's config.json and metrics.jsonl beside it, so that train.py,
-    sample.py and export.py read it in one process (and ``torch.load(weights_only=True)`` does too).
-    ``dst`` must be new or empty; it is written beside and swapped in whole."""
-    import folders
-
-    src, dst = Path(src), Path(dst)
-    path = latest(src)
-    if path is None:
-        raise UserError(f"no checkpoint in {src / FOLDER}; give the out_dir of a run trained with fsdp=True")
-    if not path.is_dir():
-        raise UserError(f"{path} is already one .pt file; train.py, sample.py and export.py read it as it is")
-    with folders.Destination(dst, makes=folders.RUN, option="DST", command="python -m checkpoint consolidate") as dest:
-        if dest.found.kind not in (folders.ABSENT, folders.EMPTY):
-            raise UserError(f"DST {dst} holds {dest.found.what}; choose a new folder for the consolidated run")
-        meta = load_file(path)
-        meta.pop("dcp_path")
-        tensors = load_dcp(path, {}, in_one_process=True)
-        staged = dest.stage()
-        for name in ("config.json", metrics.FILE):
-            if (src / name).is_file():
-                shutil.copy2(src / name, staged / name)
-        save(staged, dict(meta, model=tensors["model"], optimizer=tensors["optimizer"]))
-        dest.swap(staged)
-    return latest(dst)
-
-
-def main(argv=None):
-
-    parser = cli.Parser(prog="python -m checkpoint", description="Checkpoints of train.py runs.")
-    merge = parser.add_subparsers(dest="command", required=True).add_parser(
-        "consolidate", help="a sharded (fsdp=True) run's latest .dcp checkpoint -> one .pt file",
-        description="Write a sharded run's latest checkpoint (.dcp) as one .pt file in a new run folder, which "
-                    "train.py (--init_from=resume), sample.py and export.py read.")
-    merge.add_argument("src", type=cli.folder, help="the out_dir of a run trained with fsdp=True")
-    merge.add_argument("dst", type=cli.place, help="a new folder for the consolidated run")
-    args = parser.parse_args(argv)
-    path = consolidate(args.src, args.dst)
-    print(f"wrote {path}")
-    return path
-
-
-if __name__ == "__main__":
-    raise SystemExit(cli.main(main))

@@ -39,7 +39,7 @@ Unit = Annotated[float, cli.beta]  # in [0, 1)
 Text = Annotated[str, cli.text()]
 Keep = Annotated[int, cli.integer(2, says="an integer >= 2 (one checkpoint may be mid-write)")]
 Architecture = Annotated[str, cli.choice("gpt2", "llama")]
-Optimizer = Annotated[str, cli.choice(lazily=lambda: __import__("optim").OPTIMIZERS)]
+Optimizer = Annotated[str, cli.choice(lazily=lambda: __import__("adams_optim").OPTIMIZERS)]
 Implementation = Annotated[str, cli.choice("auto", "loop", "foreach", "fused")]
 Shape = Annotated[str, cli.choice("cosine", "linear")]
 Backend = Annotated[str, cli.choice("auto", "nccl", "gloo")]
@@ -80,7 +80,7 @@ class TrainConfig:
     bias: bool = False  # biases in Linear and LayerNorm layers (GPT-2 has them; Llama has none)
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
     # optimizer
-    optimizer: Optimizer = "adams"  # a name from optim.OPTIMIZERS
+    optimizer: Optimizer = "adams"  # a name from adams_optim.OPTIMIZERS
     learning_rate: Rate = 1e-3  # peak; AdamS's best was ~1/4 of AdamW's best at 2K-32K tokens per step (README)
     max_iters: Natural = 1200  # total iterations
     weight_decay: Rate = 0.1  # decoupled; matrices and embeddings only

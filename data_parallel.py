@@ -16,12 +16,12 @@ from typing import NoReturn
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 # torch.distributed.tensor and FSDP are imported where they are used: at the top they would add
 # about a third to every start, `train.py --help` and a config error included.
-from optim._momentum_only import is_dtensor, local  # noqa: F401  (local: re-exported for checkpoint)
+from adams_optim._momentum_only import is_dtensor, local  # noqa: F401  (local: re-exported for checkpoint)
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 @dataclass(frozen=True)

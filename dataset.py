@@ -19,7 +19,6 @@ from tokens import read_tokens
 
 REPO = Path(__file__).resolve().parent
 TRAIN, EVAL_VAL, EVAL_TRAIN = 0, 1, 2  # independent random streams: training batches, the two evaluations
-PROBE = 3  # batches that scripts measuring a run draw (scripts/noise_scale.py); no run trains on them
 
 
 def load(data_dir: str, dataset: str, block_size: int) -> dict:

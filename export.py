@@ -30,21 +30,18 @@ import json
 import os
 from pathlib import Path
 
-import torch
-
 import checkpoint
 import cli
 import folders
+from architectures import architecture
 from errors import UserError, require
-from model import GPT, LanguageModel, architecture
+from model import LanguageModel
 
 GPT2_VOCAB = 50257
 GPT2_FILES = {  # tiktoken's sources for GPT-2's BPE, and the name each has in a Hugging Face directory
     "vocab.json": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
     "merges.txt": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
 }
-# Hugging Face's GPT-2 keeps these as Conv1D, weights stored (in, out): ours are nn.Linear, (out, in)
-CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 def load_model(source: str | Path) -> tuple[LanguageModel, dict]:
@@ -69,55 +66,6 @@ def data_vocab(state: dict) -> int:
         return state["data_vocab"]
     vocab = state["model_args"]["vocab_size"]  # checkpoints from before data_vocab was saved
     return GPT2_VOCAB if vocab == 50304 else vocab
-
-
-def to_hf(model: GPT, vocab_size: int):
-    """A transformers GPT2LMHeadModel computing what ``model`` computes on token ids < vocab_size."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    c = model.config
-    if vocab_size > c.vocab_size:
-        raise UserError(f"vocab_size={vocab_size} is larger than the model's {c.vocab_size}")
-    config = GPT2Config(vocab_size=vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,
-                        n_head=c.n_head, activation_function="gelu_new", layer_norm_epsilon=1e-5,
-                        resid_pdrop=c.dropout, embd_pdrop=c.dropout, attn_pdrop=c.dropout,
-                        bos_token_id=GPT2_VOCAB - 1 if vocab_size == GPT2_VOCAB else None,
-                        eos_token_id=GPT2_VOCAB - 1 if vocab_size == GPT2_VOCAB else None)
-    hf = GPT2LMHeadModel(config)
-    ours = model.state_dict()
-    with torch.no_grad():
-        for key, target in hf.state_dict().items():
-            if key in ours:
-                value = ours[key].t() if key.endswith(CONV1D) else ours[key]
-                target.copy_(value[:vocab_size] if key in ("transformer.wte.weight", "lm_head.weight") else value)
-            elif key.endswith(".bias"):
-                target.zero_()  # bias=False: the layer has none, which is a zero bias
-            else:
-                raise KeyError(f"no weight for Hugging Face's {key}")
-    return hf.eval()
-
-
-def to_hf_llama(model, vocab_size: int):
-    """A transformers LlamaForCausalLM computing what our Llama (model_llama.py) computes on token ids
-    < vocab_size. The parameter names are the same; rotary embeddings follow the same convention."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    c = model.config
-    if vocab_size > c.vocab_size:
-        raise UserError(f"vocab_size={vocab_size} is larger than the model's {c.vocab_size}")
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=c.n_embd, num_hidden_layers=c.n_layer,
-                         intermediate_size=model.model.layers[0].mlp.up_proj.out_features, num_attention_heads=c.n_head,
-                         num_key_value_heads=c.n_head, max_position_embeddings=c.block_size, rms_norm_eps=c.norm_eps,
-                         rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, tie_word_embeddings=False,
-                         attention_bias=False, mlp_bias=False, attention_dropout=c.dropout)
-    hf = LlamaForCausalLM(config)
-    ours = model.state_dict()
-    with torch.no_grad():
-        for key, target in hf.state_dict().items():
-            if key not in ours:
-                raise KeyError(f"no weight for Hugging Face's {key}")
-            target.copy_(ours[key][:vocab_size] if key in ("model.embed_tokens.weight", "lm_head.weight") else ours[key])
-    return hf.eval()
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -172,7 +120,7 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
         model, state = load_model(source)
         vocab = data_vocab(state)
         tmp = dest.stage()
-        (to_hf(model, vocab) if isinstance(model, GPT) else to_hf_llama(model, vocab)).save_pretrained(tmp)
+        model.to_hf(vocab).save_pretrained(tmp)
         if vocab <= 256:
             tokenizer = byte_tokenizer()
         elif vocab == GPT2_VOCAB:

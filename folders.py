@@ -349,9 +349,8 @@ class Destination:
         if found.kind in (ABSENT, EMPTY) or found.kind in continues:
             return found
         if found.kind == PACKED:
-            archive = found.what.removeprefix("packed in ")
-            raise UserError(f"{where} is {found.what}; unpack it first (python -m scripts.pack --unpack {archive}), "
-                            "or choose another path")
+            raise UserError(f"{where} is {found.what}; unpack the archive first (its folder then holds what it "
+                            "packed), or choose another path")
         if found.kind == self.makes:
             if found.restartable or overwrite:
                 return found

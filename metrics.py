@@ -54,7 +54,7 @@ def run_config(folder) -> dict:
 def records(path) -> list[dict]:
     """The JSON objects of a metrics.jsonl, one a line; a last line cut short by a crash is left out
     (a bad line anywhere else is corruption, and an error naming the file). ``path`` is a file's path,
-    or anything with ``read_text`` (a run inside a packed scan: scripts/pack.py)."""
+    or anything with ``read_text`` (a run inside a packed scan: study/pack.py)."""
     text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
     lines = [line for line in text.splitlines() if line.strip()]
     out = []
@@ -123,7 +123,7 @@ class Log:
 
 def read(out_dir) -> tuple[list[dict], list[dict]]:
     """(train lines, eval lines) of a run's metrics.jsonl, old runs' included; ``out_dir`` may be a
-    folder inside a packed scan (scripts/pack.py)."""
+    folder inside a packed scan (study/pack.py)."""
     train, evals = [], []
     folder = out_dir if hasattr(out_dir, "joinpath") else Path(out_dir)
     for r in records(folder / FILE):

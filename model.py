@@ -37,27 +37,8 @@ SIZES = {
 }
 
 
-def architecture(model_type: str) -> tuple[type, type]:
-    """The model class and its config class for a ``model_type``: 'gpt2' (this file) or 'llama'
-    (model_llama.py)."""
-    if model_type == "llama":
-        from model_llama import Llama, LlamaConfig
-
-        return Llama, LlamaConfig
-    if model_type == "gpt2":
-        return GPT, GPTConfig
-    raise ValueError(f"unknown model type '{model_type}'; choose 'gpt2' or 'llama'")
-
-
-def hf_model_type(name_or_path: str) -> str:
-    """'llama' for a local Hugging Face Llama directory, else 'gpt2' (GPT-2 names and directories)."""
-    from pathlib import Path
-
-    config = Path(name_or_path) / "config.json"
-    from metrics import read_json
-
-    saved = read_json(config) if config.is_file() else {}
-    return "llama" if isinstance(saved, dict) and saved.get("model_type") == "llama" else "gpt2"
+# Hugging Face's GPT-2 keeps these as Conv1D, weights stored (in, out): ours are nn.Linear, (out, in)
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 class LanguageModel(nn.Module):
@@ -226,13 +207,39 @@ class GPT(LanguageModel):
         model = cls(config)
         ours = model.state_dict()
         theirs = hf.state_dict()
-        conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
         with torch.no_grad():
             for key, value in ours.items():
                 if key not in theirs:
                     raise KeyError(f"{name_or_path} has no weight {key}; is it a GPT-2 checkpoint?")
-                source = theirs[key].t() if key.endswith(conv1d) else theirs[key]
+                source = theirs[key].t() if key.endswith(CONV1D) else theirs[key]
                 if source.shape != value.shape:
                     raise ValueError(f"{key}: {name_or_path} has shape {tuple(source.shape)}, expected {tuple(value.shape)}")
                 value.copy_(source)
         return model
+
+    def to_hf(self, vocab_size: int):
+        """A transformers GPT2LMHeadModel computing what this model computes on token ids < vocab_size (a padded
+        vocabulary is cropped: the padding rows were never a target). No biases (``bias=False``) are zero biases,
+        which Hugging Face's GPT-2 always has."""
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        c = self.config
+        if vocab_size > c.vocab_size:
+            raise ValueError(f"vocab_size={vocab_size} is larger than the model's {c.vocab_size}")
+        end = vocab_size - 1 if vocab_size == 50257 else None  # GPT-2's <|endoftext|>
+        config = GPT2Config(vocab_size=vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,
+                            n_head=c.n_head, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                            resid_pdrop=c.dropout, embd_pdrop=c.dropout, attn_pdrop=c.dropout,
+                            bos_token_id=end, eos_token_id=end)
+        hf = GPT2LMHeadModel(config)
+        ours = self.state_dict()
+        with torch.no_grad():
+            for key, target in hf.state_dict().items():
+                if key in ours:
+                    value = ours[key].t() if key.endswith(CONV1D) else ours[key]
+                    target.copy_(value[:vocab_size] if key in ("transformer.wte.weight", "lm_head.weight") else value)
+                elif key.endswith(".bias"):
+                    target.zero_()  # bias=False: the layer has none, which is a zero bias
+                else:
+                    raise KeyError(f"no weight for Hugging Face's {key}")
+        return hf.eval()

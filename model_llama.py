@@ -186,3 +186,25 @@ class Llama(LanguageModel):
         if missing or [k for k in unexpected if not k.endswith("rotary_emb.inv_freq")]:
             raise KeyError(f"{path} does not match this Llama: missing {missing}, unexpected {unexpected}")
         return model
+
+    def to_hf(self, vocab_size: int):
+        """A transformers LlamaForCausalLM computing what this model computes on token ids < vocab_size. The
+        parameter names are the same; rotary embeddings follow the same convention."""
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        c = self.config
+        if vocab_size > c.vocab_size:
+            raise ValueError(f"vocab_size={vocab_size} is larger than the model's {c.vocab_size}")
+        config = LlamaConfig(vocab_size=vocab_size, hidden_size=c.n_embd, num_hidden_layers=c.n_layer,
+                             intermediate_size=self.model.layers[0].mlp.up_proj.out_features, num_attention_heads=c.n_head,
+                             num_key_value_heads=c.n_head, max_position_embeddings=c.block_size, rms_norm_eps=c.norm_eps,
+                             rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, tie_word_embeddings=False,
+                             attention_bias=False, mlp_bias=False, attention_dropout=c.dropout)
+        hf = LlamaForCausalLM(config)
+        ours = self.state_dict()
+        with torch.no_grad():
+            for key, target in hf.state_dict().items():
+                if key not in ours:
+                    raise KeyError(f"no weight for Hugging Face's {key}")
+                target.copy_(ours[key][:vocab_size] if key in ("model.embed_tokens.weight", "lm_head.weight") else ours[key])
+        return hf.eval()

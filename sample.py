@@ -22,9 +22,10 @@ import checkpoint
 import cli
 import configurator
 import export
+from architectures import architecture, hf_model_type
 from data_parallel import resolve_device
 from errors import UserError, require
-from model import LanguageModel, architecture, hf_model_type
+from model import LanguageModel
 
 
 def encoder_for(vocab: int, hf_dir: Path | None):

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from adams_optim import build_optimizer, hyperparameters
 
 import checkpoint
 import cli as cli_
@@ -27,10 +28,10 @@ import data_parallel
 import dataset
 import folders
 import metrics
+from architectures import architecture, hf_model_type
 from configurator import TrainConfig
 from errors import Interrupted, UserError
-from model import LanguageModel, architecture, hf_model_type
-from optim import build_optimizer, hyperparameters
+from model import LanguageModel
 
 # Dense bf16/fp16 tensor-core peak FLOP/s, from the vendors' data sheets, for the MFU estimate.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
@@ -348,11 +349,9 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_p
           f"iteration = {cfg.gradient_accumulation_steps} accumulation x {cfg.batch_size} batch x {cfg.block_size} "
           f"tokens, {micro_steps} micro-steps on each of {dist_.world_size} rank(s); {dist_.device}, {dtype}; "
           f"{cfg.max_iters:,} iterations = {tokens_per_param:,.2f} tokens per parameter")
-    if cfg.optimizer == "adams":  # the start that held in this repository's scans (results/analysis/start_lr.py)
-        start = "a quarter" if tokens_per_param < 200 else "half" if tokens_per_param >= 400 else "a quarter to half"
-        print(f"note: at this length AdamS's lr is best started at {start} of an AdamW lr tuned at this length (without "
-              "one, at AdamS's best on a shorter run of this model), then scanned x2 either way, and on while an end "
-              "point is best (README.md, 'AdamS in your own code')")
+    if cfg.optimizer == "adams":
+        print("note: AdamS usually wants a lower lr than AdamW: start at a quarter to half of a tuned AdamW lr, then "
+              "scan x2 (README.md, 'AdamS in your own code')")
     return derived
 
 

@@ -88,7 +88,7 @@ def gpt2_paper(size: str, optimizer: str, iters: int = 100_000, decay_iters: int
 
 
 def cpu_repro(optimizer: str) -> dict:
-    """The paper's recipe scaled to a 2-core CPU (results/README.md): a 0.82M-parameter GPT
+    """The paper's recipe scaled to a 2-core CPU (study/README.md): a 0.82M-parameter GPT
     (4 layers, width 128; --n_embd=256 gives 3.2M) on the embedded corpus, 16 x 128 = 2,048 byte
     tokens per step for 600 steps, warmup 60, cosine to 0.1x lr, clip 1.0, AdamW's lr 3e-3."""
     return dict(

@@ -25,6 +25,7 @@ It uses torchtitan helpers whose names start with an underscore; a torchtitan re
 
 from __future__ import annotations
 
+from adams_optim.torchtitan import optimizer_config
 from torchtitan.components.checkpoint import CheckpointManager
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.components.metrics import MetricsProcessor
@@ -47,7 +48,6 @@ from torchtitan.protocols.model_spec import ModelSpec
 from torchtitan.trainer import Trainer
 
 from config.recipes import LLAMA2_RUNS, llama2_paper
-from optim.torchtitan import optimizer_config
 
 # Our names for the optimizers -> torchtitan's (its own AdamW, our AdamS and Lion).
 NAMES = {"adamw": "AdamW", "adams": "AdamS", "lion": "Lion"}

@@ -1,9 +1,9 @@
 """Drop-in ``torch.optim`` optimizers: AdamS, Lion, Adam-mini, and a registry of them all.
 
 Installed, this package is ``adams_optim`` (``pip install ./optim`` needs torch alone; the whole
-project, ``pip install -e .``, installs it too); the repository's own scripts import it as ``optim``.
+project, ``pip install -e .``, installs it too), the name the repository's own code imports it by.
 
-    from adams_optim import AdamS     # (from optim import AdamS, inside this repository)
+    from adams_optim import AdamS
     optimizer = AdamS(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95), weight_decay=0.1)
     # a quarter of a tuned AdamW lr, for a run under ~200 tokens per parameter; from ~400 on, half of
     # it; then a x2 scan both ways (adams-gpt's README, "AdamS in your own code")

@@ -45,7 +45,7 @@ def build(name: str, source: Path):
 
 @functools.cache
 def kernels():
-    """The compiled kernels (``adams_step``, ``lion_step``, ``no_math_step``), or None if they cannot be built here."""
+    """The compiled kernels (``adams_step``, ``lion_step``), or None if they cannot be built here."""
     try:
         return build(f"adams_gpt_cpu_{capability().lower()}", SOURCE)
     except Exception as e:  # no compiler or ninja, or a build error

@@ -10,8 +10,7 @@
 // at every vector, since its stores to p and m might alias them. Here they are values.
 
 // The dispatcher's registration header rather than torch/extension.h with pybind11: the latter
-// pulls in all of libtorch's C++ frontend, and the build took 80 s against 29 s this way
-// (2-core AVX2 VM, torch 2.13, first build from a cold cache).
+// pulls in all of libtorch's C++ frontend and builds several times slower.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 #include <ATen/Parallel.h>
@@ -27,13 +26,10 @@ namespace {
 using Vec = at::vec::Vectorized<float>;
 constexpr int64_t kGrain = 1 << 15;  // elements per task: small tensors run on one thread
 
-// Ask for the cache lines 2 KiB past the ones each loop iteration reads. The hardware prefetcher
-// alone kept too few lines in flight, the more so the more work each line carried: out of cache on
-// one thread (2-core Xeon VM, AVX-512) the AdamS loop took 21% (fp32) and 40% (bf16) longer than
-// the no-math loop, and with the hints 0.976 -> 0.835 and 0.759 -> 0.489 ns per element
-// (scripts/kernel_cycles.py --elements 33554432; the README has the table). A prefetch never
-// faults, so asking past a tensor's end is harmless; the address is formed as an integer to keep
-// that defined.
+// Ask for the cache lines 2 KiB past the ones each loop iteration reads: the hardware prefetcher
+// alone keeps too few lines in flight once each line carries the update's arithmetic (measured in
+// results/cpu/README.md). A prefetch never faults, so asking past a tensor's end is harmless; the
+// address is formed as an integer to keep that defined.
 constexpr uintptr_t kAhead = 2048;
 inline void prefetch_ahead(const void* ptr) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -168,8 +164,7 @@ void dispatch(const std::vector<at::Tensor>& ps, const std::vector<at::Tensor>& 
 }  // namespace
 
 // p <- p(1 - lr wd); v <- b2 (m/bc)^2 + (1 - b2) g^2; m <- b1 m + (1 - b1) g; p <- p - lr (m/bc) / (sqrt(v) + eps),
-// with the scalars folded so that each element costs three multiplies fewer (in cache, fp32, one thread:
-// 0.61 -> 0.53 ns per element; in memory the bytes bound it): with c2 = 1 - b2 > 0, v = c2 s where
+// with the scalars folded so that each element costs three multiplies fewer: with c2 = 1 - b2 > 0, v = c2 s where
 // s = k m^2 + g^2 and k = b2 / (bc^2 c2), so (m_new/bc) / (sqrt(v) + eps) = m_new / (bc sqrt(c2)) / (sqrt(s) + eps / sqrt(c2)).
 void adams_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vector<at::Tensor> ms, double lr,
                 double weight_decay, double beta1, double beta2, double eps, double inv_bc) {
@@ -214,14 +209,6 @@ void lion_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vect
   dispatch(ps, gs, ms, [&](auto* p, auto* g, auto* m, int64_t n) { for_each_element(p, g, m, n, vec_fn, scalar_fn); });
 }
 
-// p <- p + g; m <- m + g: the loads, stores and dtype conversions of the two steps above with their
-// arithmetic taken out, for scripts/bench_optim.py to time as the floor a fused step can reach here.
-void no_math_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vector<at::Tensor> ms) {
-  auto vec_fn = [](Vec& x, const Vec& g, Vec& m) { x = x + g; m = m + g; };
-  auto scalar_fn = [](float& x, float g, float& m) { x += g; m += g; };
-  dispatch(ps, gs, ms, [&](auto* p, auto* g, auto* m, int64_t n) { for_each_element(p, g, m, n, vec_fn, scalar_fn); });
-}
-
 // Tensor(a!)[]: the kernels write p and m in place, which the schema says so that nothing
 // (torch.compile, functionalization) takes the call for a pure function.
 #define ADAMS_GPT_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)  // expands ADAMS_GPT_OPS before TORCH_LIBRARY pastes it
@@ -232,11 +219,9 @@ ADAMS_GPT_LIBRARY(ADAMS_GPT_OPS, m) {
         "float beta2, float eps, float inv_bc) -> ()");
   m.def("lion_step(Tensor(a!)[] ps, Tensor[] gs, Tensor(b!)[] ms, float lr, float weight_decay, float beta1, "
         "float beta2) -> ()");
-  m.def("no_math_step(Tensor(a!)[] ps, Tensor[] gs, Tensor(b!)[] ms) -> ()");
 }
 
 ADAMS_GPT_LIBRARY_IMPL(ADAMS_GPT_OPS, CPU, m) {
   m.impl("adams_step", adams_step);
   m.impl("lion_step", lion_step);
-  m.impl("no_math_step", no_math_step);
 }

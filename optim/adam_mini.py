@@ -40,6 +40,7 @@ from ._momentum_only import (
     local,
     upcast,
 )
+from .groups import param_groups
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -277,8 +278,6 @@ class AdamMini(Optimizer):
 
             optimizer = AdamMini.from_model(hf_gpt2, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
         """
-        from .registry import param_groups
-
         config = getattr(model, "config", None)
         heads = getattr(config, "n_head", None) or getattr(config, "num_attention_heads", None)
         if "n_head" not in kwargs and heads is not None:

@@ -66,7 +66,7 @@ class AdamS(MomentumOnlyOptimizer):
 
     Learning rate: the paper runs AdamS at AdamW's hyperparameters. In the adams-gpt project's
     scans (models of 10K-7.2M parameters on a CPU and GPT-2 Small on one GPU; its README's "AdamS
-    in your own code" and results/lr_advice.md) AdamS's steps were about 4x longer than AdamW's at
+    in your own code" and study/report/lr_advice.md) AdamS's steps were about 4x longer than AdamW's at
     the same lr, and its best lr was lower: start at a quarter of a tuned AdamW lr on runs of up to
     about 200 tokens per parameter and at half of it from about 400 on, then scan x2 both ways.
 

@@ -29,19 +29,15 @@ import sys
 import time
 from contextlib import nullcontext
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from adams_optim import build_optimizer, state_bytes
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
 from errors import UserError
 from model import GPT, SIZES, GPTConfig
-from optim import build_optimizer, state_bytes
 
 OPTIMIZERS = ("adamw", "adams")
 PAPER_SEQUENCES = 480  # 480 x 1,024 = 491,520 tokens per iteration (Section 4.1)

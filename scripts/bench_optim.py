@@ -19,20 +19,25 @@ copy bandwidth.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from adams_optim import AdamMini, AdamS, Lion, _cpu_fused
 
 import cli
 from model import GPT, SIZES, GPTConfig
-from optim import AdamMini, AdamS, Lion, _cpu_fused
+
+
+@functools.cache
+def floor_kernels():
+    """The product's CPU kernels with ``no_math_step`` added (scripts/no_math_kernel.cpp), built at first use."""
+    kernels = _cpu_fused.build(f"adams_gpt_floor_{_cpu_fused.capability().lower()}",
+                               Path(__file__).with_name("no_math_kernel.cpp"))
+    return kernels
 
 
 class NoMath:
@@ -43,7 +48,7 @@ class NoMath:
         self.momenta = [torch.zeros_like(p) for p in params]
 
     def step(self):
-        _cpu_fused.kernels().no_math_step(self.param_groups[0]["params"], [p.grad for p in self.param_groups[0]["params"]],
+        floor_kernels().no_math_step(self.param_groups[0]["params"], [p.grad for p in self.param_groups[0]["params"]],
                                           self.momenta)
 
 

@@ -25,9 +25,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import cli
 import metrics
 from errors import UserError
@@ -38,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--optimizers", nargs="+", type=cli.choice(lazily=lambda: __import__("optim").OPTIMIZERS), default=["adamw", "adams"])
+    parser.add_argument("--optimizers", nargs="+", type=cli.choice(lazily=lambda: __import__("adams_optim").OPTIMIZERS), default=["adamw", "adams"])
     parser.add_argument("--iters", type=cli.integer(1, 10_000_000), default=200)
     parser.add_argument("--batch-size", type=cli.integer(1, 1 << 16), default=16, help="sequences per micro-step")
     parser.add_argument("--set", action="append", type=cli.assignment, default=[], metavar="KEY=VALUE", help="extra train.py override")

@@ -3,11 +3,7 @@
     python -m scripts.config_table          # tests/test_docs.py fails until the README is in sync
 """
 
-import sys
 from pathlib import Path
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
 from configurator import documented_fields

@@ -19,15 +19,12 @@ stationarity, and prints both with the relative error.
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's modules, however it is run
-
-import cli  # noqa: E402
-from scripts import out_file  # noqa: E402
+import cli
+from scripts import out_file
 
 
 def closed_forms(mu: float, sigma: float, b1: float, b2: float) -> dict[str, float]:

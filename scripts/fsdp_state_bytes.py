@@ -15,24 +15,19 @@ statistics between ranks, cannot run there and is left out. Prints a table; --js
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from adams_optim import build_optimizer
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
 import data_parallel
 from model import GPT, SIZES, GPTConfig
 from model_llama import SIZES as LLAMA_SIZES
 from model_llama import Llama, LlamaConfig
-from optim import build_optimizer
 
 
 def local_state_bytes(optimizer) -> int:

@@ -5,15 +5,15 @@ paper's Figure 5 (TinyZero's R1-Zero replication), at CPU scale or at the paper'
     python export.py out/countdown_sft out/countdown_sft/hf
     python -m scripts.grpo out/countdown_sft/hf --evaluate-only                          # its test reward
     python -m scripts.grpo out/countdown_sft/hf --optimizer adams --lr 3e-5 --seed 1 --out out/grpo/adams_1
-    python -m scripts.grpo out/countdown_sft/hf --compare --lr 1e-4 --seeds 1 2 3 --out results/runs/grpo
-    python -m scripts.grpo --table results/runs/grpo/*/                                     # start, best, final
+    python -m scripts.grpo out/countdown_sft/hf --compare --lr 1e-4 --seeds 1 2 3 --out out/grpo
+    python -m scripts.grpo --table out/grpo/*/                                                    # start, best, final
 
     # the paper's scale (GPU): TinyZero's settings, on Qwen2.5-3B or DeepSeek-R1-Distill-Llama-8B
     python -m data.countdown.prepare --max-number 99 --rl-train 327680 --test 1024 --out data/countdown_tinyzero
     python -m scripts.grpo Qwen/Qwen2.5-3B --preset tinyzero --data data/countdown_tinyzero --compare --seeds 1 \
         --out out/grpo_tinyzero_qwen3b
 
-``--preset cpu`` (the default) is the small-scale run of results/README.md. ``--preset tinyzero``
+``--preset cpu`` (the default) is a small-scale run for a CPU. ``--preset tinyzero``
 is TinyZero's scripts/train_tiny_zero.sh (Pan et al., 2025) with veRL's GRPO settings, which the
 paper kept ("all other hyperparameters maintained as in the original project"): AdamW lr 1e-6,
 β (0.9, 0.999), weight decay 0.01 (veRL's AdamW defaults); 256 prompts a rollout, 5 completions
@@ -48,8 +48,7 @@ before the first, the policy answers the test problems greedily; the mean reward
 A run writes OUT/metrics.jsonl (kind 'eval': step, test_reward, test_accuracy; kind 'train':
 TRL's logs). ``--compare`` runs 3 optimizers x the seeds (skipping finished runs; ``--adams-lr``
 adds AdamS at a learning rate of its own) and writes OUT/summary.csv and OUT/summary.png: the
-mean test reward by step, mean ± std over seeds. results/study/llama_and_grpo.md ("GRPO on Countdown") has the
-runs behind the committed figure: at this scale AdamS does not take AdamW's learning rate.
+mean test reward by step, mean ± std over seeds.
 """
 
 from __future__ import annotations
@@ -60,13 +59,9 @@ import csv
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 
 import torch
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
 import folders
@@ -74,7 +69,6 @@ from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score, tinyzero_prompt
 from errors import UserError
 from metrics import read_json
-from scripts import pack
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "countdown"
@@ -94,7 +88,7 @@ PRESETS = {
 
 def optimizer_spec(name: str, lr: float, weight_decay: float = 0.01) -> tuple[type, dict]:
     """(class, keyword arguments) by the paper's Section 4.3 rules, from AdamW's lr and weight decay."""
-    from optim import AdamS, Lion
+    from adams_optim import AdamS, Lion
 
     if name == "adamw":
         return torch.optim.AdamW, dict(lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
@@ -483,10 +477,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None):
+def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
+    """``expand``: how --table's paths become folders to read (the study passes its packed scans' reader)."""
     args = parse_args(argv)
     if args.table:
-        rows = [table_row(run) for run in pack.expand(args.table) if finished(run)]
+        rows = [table_row(run) for run in expand(args.table) if finished(run)]
         print(markdown(rows))
         return rows
     if args.model is None:
@@ -503,7 +498,6 @@ def main(argv=None):
                           args.max_completion_length, template=args.template)
         print(json.dumps(result))
         return result
-    pack.refuse_packed(args.out)
     if not args.compare:
         return run(args, args.optimizer, args.seed, args.out)
     compared = [(name, name, None) for name in COMPARED]  # (label, optimizer, lr)

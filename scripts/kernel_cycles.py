@@ -22,19 +22,16 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from adams_optim import _cpu_fused
 
 import cli
 from errors import UserError
-from optim import _cpu_fused
+from scripts.bench_optim import floor_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "optim/_cpu_kernels.cpp"
@@ -99,14 +96,23 @@ def main(argv=None):
     parser.add_argument("--calls", type=cli.integer(1, 1_000_000), default=50, help="kernel calls per timed round")
     args = parser.parse_args(argv)
 
-    torch.set_num_threads(1)
     sources = {rev: source_at(rev) for rev in args.against}  # a bad revision fails before any build
-    modules = {"this tree": _cpu_fused.kernels()}  # built from this tree's source, cached per machine
-    if modules["this tree"] is None:
-        raise UserError("the C++ kernels cannot be built here (a C++ compiler and ninja are needed; "
-                         "see the warning above)")
+    try:
+        modules = {"this tree": floor_kernels()}  # this tree's kernels with the no-math one, cached per machine
+    except Exception as e:  # no compiler or ninja, or a build error
+        raise UserError(f"the C++ kernels cannot be built here ({type(e).__name__}); a C++ compiler and ninja are "
+                        "needed") from None
     for rev, source in sources.items():
         modules[rev] = build(source)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return table(modules, args)
+    finally:
+        torch.set_num_threads(threads)  # (a caller in the same process keeps its own)
+
+
+def table(modules: dict, args) -> list[dict]:
     print(f"CPU kernels ({_cpu_fused.capability()}), {args.elements:,} elements, one thread, torch {torch.__version__}; "
           f"ns per element, fastest of {args.rounds} rounds")
     rows = []

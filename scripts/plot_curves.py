@@ -1,7 +1,7 @@
 """Figures 1 and 4 of the AdamS paper: validation-loss curves of several runs, from their metrics.jsonl.
 
     python -m scripts.plot_curves out/train_gpt2_small_adamw out/train_gpt2_small_adams out/train_gpt2_small_lion
-    python -m scripts.plot_curves results/runs/optimizers/* --group optimizer --out results/optimizers
+    python -m scripts.plot_curves out/sweep/*/ --group optimizer --out out/curves   # a sweep's runs, mean ± std over seeds
 
 Each argument is a run's out_dir. With ``--group KEY [KEY ...]``, runs whose config agrees on
 those keys (e.g. ``optimizer``, or ``optimizer learning_rate``) are drawn as one curve: the mean over seeds with a band of ± one standard deviation. Writes a PNG and a CSV of the plotted numbers.
@@ -10,7 +10,7 @@ With ``--minus LABEL`` a second panel shows every curve minus the one labelled L
 and the printout name it), at the evaluations both have: where a gap opens or closes along the run,
 which the loss curves, all close together, hide:
 
-    python -m scripts.plot_curves results/runs/bpe_long/adamw_lr/*/ results/runs/bpe_long/adams_lr/*/ \
+    python -m scripts.plot_curves out/sweep/adamw/*/ out/sweep/adams/*/ \
         --group optimizer learning_rate --minus "optimizer=adamw, learning_rate=0.0021"
 """
 
@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import csv
 import statistics
-import sys
 from pathlib import Path
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cli
 import metrics
 from errors import UserError
 from metrics import records
-from scripts import out_file, pack
+from scripts import out_file
 
 
 def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
@@ -59,9 +55,10 @@ def line_styles(labels, keys: list[str] | None) -> dict[str, str]:
     return {label: ("-", "--", ":", "-.")[order.index(family[label]) % 4] for label in labels}
 
 
-def main(argv=None):
+def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
+    """``expand``: how the run paths given become folders to read (the study passes its packed scans' reader)."""
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=cli.text("a run folder"), help="out_dirs holding metrics.jsonl and config.json (packed scans' too)")
+    parser.add_argument("runs", nargs="+", type=cli.text("a run folder"), help="out_dirs holding metrics.jsonl and config.json")
     parser.add_argument("--group", nargs="+", type=cli.text("a config key"), help="config keys whose values group runs into one curve (e.g. optimizer)")
     parser.add_argument("--x", choices=["iter", "tokens"], default="iter")
     parser.add_argument("--out", type=cli.place, default=Path("out/curves"), help="output path without extension")
@@ -71,7 +68,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     groups: dict[str, list[list[dict]]] = {}
-    for run in pack.expand(args.runs):
+    for run in expand(args.runs):
         if not (run / "metrics.jsonl").exists():
             raise UserError(f"{run} has no metrics.jsonl; pass a run's out_dir")
         config, evals = load_run(run)

@@ -21,9 +21,10 @@ folder to run it again. A run that failed otherwise is reported, and the sweep e
 A sweep into a folder that an earlier sweep over the same grid keys wrote adds its points to the
 earlier ones' table rather than replacing it, so a grid can be extended.
 
-A finished scan is committed packed, one archive per scan (``python -m scripts.pack results/runs/NAME``
-makes results/runs/NAME.zip): ``--summarize`` reads a packed scan and prints its table, writing
-nothing; a sweep refuses to run into one (unpack it, run, pack it again).
+``--summarize`` tabulates the runs that finished and writes nothing else. ``main(argv, expand=...)``
+takes how a path given on the command line becomes the folder to read (the study reads its packed
+scans through it: study/packed.py); a folder that is not a real one is read, and its table printed,
+never written.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import io
 import itertools
 import math
 import os
-import posixpath
 import re
 import statistics
 import subprocess
@@ -41,15 +41,12 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(REPO))
+import cli
+import folders
+from errors import UserError
+from metrics import records, run_config
 
-import cli  # noqa: E402
-import folders  # noqa: E402
-from errors import UserError  # noqa: E402
-from metrics import records, run_config  # noqa: E402
-from scripts import pack  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -112,7 +109,7 @@ def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
     return evals[-1]["val_loss"], evals[-1]["iter"] >= max_iters
 
 
-def main(argv=None):
+def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", nargs="*", type=cli.file, help="config files every run starts from")
     parser.add_argument("--grid", action="append", type=cli.assignment, default=[], help="KEY=V1,V2,... (repeatable)")
@@ -142,14 +139,11 @@ def main(argv=None):
         return
 
     if args.summarize:
-        source = pack.resolve(args.out)
+        source = expand([args.out])[0]
         if not source.is_dir():
             raise UserError(f"--out {args.out} does not exist, so there is nothing to summarize; "
                             "pass the folder a sweep wrote its runs to")
-        if isinstance(source, pack.Packed):  # a packed scan is read, never rewritten
-            print(f"{args.out} is packed in {source.root.filename}: its summary is printed, not written (for the files: "
-                  f"python -m scripts.pack --unpack {source.root.filename} --out DIR, then --summarize --out "
-                  f"{posixpath.join('DIR', source.at).rstrip('/')})")
+        if not isinstance(source, Path):  # (not a real folder: read, never rewritten)
             return summarize([(p, s, source / d.name) for p, s, d in runs], list(grid), source, write=False)
     with folders.Destination(args.out, makes=folders.SCAN, option="--out", command="scripts.sweep") as dest:
         dest.allow(continues=(folders.SCAN,))
@@ -183,10 +177,6 @@ def sweep(args, runs: list, grid: dict) -> list[dict]:
     failed = [d for (_, _, d), code in zip(todo, codes) if code != 0 and not final_val_loss(d)[1]]
     if failed:
         raise UserError(f"{len(failed)} of {len(todo)} runs failed; the last lines of {failed[0] / 'train.log'} say why")
-    committed = REPO / "results" / "runs"
-    if committed in args.out.resolve().parents:  # results/ keeps each finished scan as one archive
-        scan = committed / args.out.resolve().relative_to(committed).parts[0]
-        print(f"once every sweep of this scan has finished, commit it packed: python -m scripts.pack {scan.relative_to(REPO)}")
     return summary
 
 

@@ -13,18 +13,13 @@ measurement instead of a guess (results/gpu/tune_triton.json: one H200).
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import torch
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from adams_optim import _triton_fused
 
 import cli
 from errors import UserError
 from model import SIZES
-from optim import _triton_fused
 from scripts.bench_optim import bench, copy_bandwidth
 
 

@@ -29,21 +29,17 @@ import argparse
 import contextlib
 import csv
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from adams_optim.adam_mini import block_mean, expand_blocks, partition
 
 import cli
 import configurator
 from errors import UserError
 from model import GPT, GPTConfig
-from optim.adam_mini import block_mean, expand_blocks, partition
 from scripts import out_file
 from tokens import read_tokens
 

@@ -1,6 +1,6 @@
 """Figure 3 of the AdamS paper: how far AdamS moves a coordinate, given its gradient/momentum ratio.
 
-    python -m scripts.update_magnitude                   # results/analysis/update_magnitude.{png,csv}
+    python -m scripts.update_magnitude                   # study/results/analysis/update_magnitude.{png,csv}
 
 With momentum m and gradient g = r·m, one AdamS step (no bias correction, no decay, eps = 0) moves
 a coordinate by lr times
@@ -11,24 +11,20 @@ which this script plots for β1 = 0.9, β2 ∈ {0.9, 0.95, 0.99, 0.999} and r �
 paper says covers most values in practice. It also marks the tight bound
 sqrt(β1²/β2 + (1 − β1)²/(1 − β2)), attained at r = β2(1 − β1) / (β1(1 − β2)): inside the plotted
 range for β2 ≤ 0.99, but at r ≈ 111 for β2 = 0.999. The values come
-from running the real optimizer (``optim.AdamS``) on one tensor, not from the formula.
+from running the real optimizer (``adams_optim.AdamS``) on one tensor, not from the formula.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import sys
 from pathlib import Path
 
 import torch
+from adams_optim import AdamS
 
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import cli  # noqa: E402
-from optim import AdamS  # noqa: E402
-from scripts import out_file  # noqa: E402
+import cli
+from scripts import out_file
 
 
 def step_sizes(ratios: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor:

@@ -7,11 +7,11 @@ Exits non-zero (an AssertionError) if any sharded result differs from the unshar
 
 import torch
 import torch.distributed as dist
+from adams_optim import AdamMini, AdamS, Lion
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
 import data_parallel
-from optim import AdamMini, AdamS, Lion
 
 dist.init_process_group("gloo")
 mesh = init_device_mesh("cpu", (dist.get_world_size(),))

@@ -85,7 +85,7 @@ def test_c4_files_with_a_tokenizer_given_by_path(kind, c4_files, tmp_path):
 
 
 def test_c4_default_is_gpt2_bpe_and_a_random_split(c4_files, tmp_path):
-    from tests.test_openwebtext import gpt2_or_skip
+    from tests.helpers import gpt2_or_skip
 
     enc = gpt2_or_skip()
     train, _ = c4_files

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from adams_optim import AdamMini, AdamS, Lion
 
 import checkpoint
 import cli
@@ -31,10 +32,8 @@ import metrics
 import sample
 import train
 from data.openwebtext import prepare as owt_prepare
-from optim import AdamMini, AdamS, Lion
 from scripts import sweep
-from tests.conftest import tiny_config
-from tests.test_train import cli_args
+from tests.helpers import cli_args, tiny_config
 from tokens import write_tokens
 
 REPO = Path(__file__).resolve().parents[1]

@@ -155,7 +155,8 @@ def test_grpo_two_steps_with_each_optimizer(optimizer, tiny_policy, tmp_path):
 
 
 def test_grpo_optimizers_follow_the_papers_rules():
-    from optim import AdamS, Lion
+    from adams_optim import AdamS, Lion
+
     from scripts import grpo
 
     params = [torch.nn.Parameter(torch.zeros(2))]

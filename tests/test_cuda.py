@@ -12,9 +12,8 @@ import math
 
 import pytest
 import torch
+from adams_optim import AdamS, Lion, build_optimizer
 from torch import nn
-
-from optim import AdamS, Lion, build_optimizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
 

@@ -12,12 +12,8 @@ from configurator import TrainConfig
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 CONFIG_DOC = (REPO / "config" / "README.md").read_text()  # the table of every config key
-# the study's report and the files it links, where the pasted tables and commands live
-STUDY_DOCS = [REPO / "results" / "README.md", *sorted((REPO / "results" / "study").glob("*.md"))]
-
-
-def study_text() -> str:
-    return "\n".join(path.read_text() for path in STUDY_DOCS)
+# every Markdown file of the repository (the study's too, where it is there), for the checks that span them all
+DOCS = [p for p in REPO.rglob("*.md") if not {".git", ".venv", "out"} & set(p.relative_to(REPO).parts)]
 
 
 def test_config_table_is_the_one_config_table_py_writes():
@@ -29,7 +25,7 @@ def test_config_table_is_the_one_config_table_py_writes():
 
 def test_layout_table_names_every_module_and_script():
     layout = README[README.index("## Layout"):]
-    for path in [*REPO.glob("*.py"), *REPO.glob("scripts/*.py"), *REPO.glob("results/analysis/*.py")]:
+    for path in [*REPO.glob("*.py"), *REPO.glob("scripts/*.py")]:
         name = path.relative_to(REPO).as_posix()
         if path.name != "__init__.py":
             assert f"`{name}`" in layout, f"README's layout table does not name {name}"
@@ -52,8 +48,8 @@ def test_files_the_readme_names_exist():
 
 
 def test_modules_the_docs_run_exist():
-    for doc in (README, study_text(), *((REPO / "results" / name).read_text() for name in ("depth.md", "llama.md", "gpu/README.md"))):
-        for module in re.findall(r"-m ((?:scripts|data|tests)\.[\w.]+)", doc):
+    for doc in (path.read_text() for path in DOCS):
+        for module in re.findall(r"-m ((?:scripts|data|tests|study)\.[\w.]+)", doc):
             if module == "data.x.prepare":  # the troubleshooting table's example of a missing dataset
                 continue
             assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module
@@ -78,7 +74,7 @@ def headings(path: Path) -> list[str]:
 
 
 def test_every_cited_section_is_where_the_citation_says():
-    # code and docs point users at sections by title ("results/study/vocabulary.md, 'GPT-2's vocabulary'");
+    # code and docs point users at sections by title ("study/report/vocabulary.md, 'GPT-2's vocabulary'");
     # when a section moves, every pointer to it must move too
     files = [p for p in REPO.rglob("*") if p.suffix in (".py", ".md", ".sh") and p.is_file()
              and not {".git", ".venv", "out", "runs"} & set(p.relative_to(REPO).parts) and "egg-info" not in str(p)]
@@ -108,9 +104,8 @@ def test_every_relative_link_in_the_docs_resolves():
         text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
         return {github_anchor(title) for title in re.findall(r"^#+ (.+)$", text, flags=re.M)}
 
-    docs = [p for p in REPO.rglob("*.md") if not {".git", ".venv", "out"} & set(p.relative_to(REPO).parts)]
     broken = []
-    for doc in docs:
+    for doc in DOCS:
         text = doc.read_text()
         for m in re.finditer(r"\]\(([^)\s]+)\)", text):
             if m[1].startswith(("http://", "https://", "mailto:")):
@@ -123,80 +118,6 @@ def test_every_relative_link_in_the_docs_resolves():
             elif anchor and target.suffix == ".md" and anchor not in anchors(target):
                 broken.append(f"{where} (no such heading)")
     assert not broken, "links that lead nowhere:\n" + "\n".join(broken)
-
-
-@pytest.mark.parametrize("doc", ["depth.md", "llama.md", "gpu/README.md"])
-def test_links_from_results_readme_name_the_sections_moved_out(doc):
-    # the study (results/README.md and results/study/) lists each section of results/<doc> as a link by GitHub's anchor
-    text = (REPO / "results" / doc).read_text()
-    titles = re.findall(r"^##+ (.+)$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), flags=re.M)
-    anchors = {github_anchor(title) for title in titles}
-    links = re.findall(rf"\((?:\.\./)?{re.escape(doc)}#([^)]+)\)", study_text())
-    assert sorted(links) == sorted(anchors), f"results/README.md's list of the sections in results/{doc} is out of date"
-
-
-def test_results_readme_holds_the_lr_table_lr_ratio_prints(tmp_path, capsys, lr_ratio):
-    # results/study/every_scan.md's "Every lr scan at once" table is lr_ratio.py's output over the committed tables
-    lr_ratio.main(["--out", str(tmp_path / "lr_ratio")])
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    results = study_text()
-    assert printed[0] in results, "results/study/every_scan.md lacks lr_ratio's table header: run python results/analysis/lr_ratio.py"
-    shown = results[results.index(printed[0]):].splitlines()[:len(printed)]
-    assert shown == printed, "results/study/every_scan.md's lr table is stale: paste python results/analysis/lr_ratio.py's table"
-
-
-def test_results_readme_holds_the_tables_start_lr_prints(tmp_path, capsys, start_lr):
-    # results/study/every_scan.md's "Where to start AdamS from a tuned AdamW" tables are start_lr.py's output
-    start_lr.main(["--out", str(tmp_path / "start_lr")])
-    tables = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
-    results = study_text()
-    assert len(tables) == 3
-    for table in tables:
-        assert table in results, "results/study/every_scan.md's start_lr tables are stale: paste python results/analysis/start_lr.py's tables"
-
-
-def test_results_readme_holds_the_tables_lr_sensitivity_prints(tmp_path, capsys, lr_sensitivity):
-    # results/study/every_scan.md's "How much a ×2 miss costs" tables are lr_sensitivity.py's output
-    lr_sensitivity.main(["--out", str(tmp_path / "lr_sensitivity")])
-    tables = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
-    results = study_text()
-    assert len(tables) == 2
-    for table in tables:
-        assert table in results, "results/study/every_scan.md's lr_sensitivity tables are stale: paste python results/analysis/lr_sensitivity.py's tables"
-
-
-def test_results_readme_holds_the_tables_optimum_drift_prints(tmp_path, capsys, optimum_drift):
-    # results/study/every_scan.md's "How far each optimum moves with run length" tables and summaries are optimum_drift.py's output
-    optimum_drift.main(["--out", str(tmp_path / "optimum_drift")])
-    blocks = [block.strip() for block in capsys.readouterr().out.split("\n\n")]
-    results = study_text()
-    shown = [b for b in blocks if b.startswith("|") or b.startswith("AdamS's spread") or b.startswith("within ")]
-    assert len(shown) == 4
-    for block in shown:
-        assert block in results, "results/study/every_scan.md's optimum_drift table is stale: paste python results/analysis/optimum_drift.py's output"
-
-
-def test_results_readme_holds_the_tables_crossing_fit_prints(tmp_path, capsys, crossing_fit):
-    # results/study/run_length_and_size.md's "When AdamW's lr carries over" fit lines and tables are crossing_fit.py's output, for the
-    # crossing and for the ratio of the optima
-    results = study_text()
-    for of in ("crossing", "ratio"):
-        crossing_fit.main(["--out", str(tmp_path / of), "--of", of, "--params", "820352", "--params", "124e6"])
-        blocks = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith(("|", "log2 "))]
-        assert len(blocks) == 3
-        for block in blocks:
-            assert block in results, f"results/study/run_length_and_size.md's crossing_fit --of {of} tables are stale: paste its output"
-
-
-def test_results_readme_holds_the_seed_spread_table_of_the_law_tests(capsys, seed_spread):
-    # results/study/summary.md's "Were the misses seed noise?" table is seed_spread.py's output over the tests' scans
-    depth = "4l_100 4l_200 4l 4l_800 4l_1600 6l_100 6l_200 6l_400 6l_800 8l_200 8l 8l_800 16l_100 16l_200 16l_400 4l_w32_100 4l_w32_200 4l_w32_400 6l_w32_100"
-    tables = ["results/lr_transfer/lr_transfer_law_0.8m.csv", *(f"results/lr_transfer/lr_transfer_depth_{d}.csv" for d in depth.split())]
-    seed_spread.main([str(REPO / t) for t in tables])
-    (table,) = [block.strip() for block in capsys.readouterr().out.split("\n\n") if block.startswith("|")]
-    results = study_text()
-    assert f"_{{{depth.replace(' ', ',')}}}.csv" in results, "results/study/summary.md's seed_spread command lists other scans than this test"
-    assert table in results, "results/study/summary.md's seed_spread table is stale: paste python results/analysis/seed_spread.py's table"
 
 
 # --- every command the README shows parses as written ------------------------------------------------------

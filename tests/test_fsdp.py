@@ -8,14 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from adams_optim import OPTIMIZERS
 
 import checkpoint
 import train
 from metrics import read as read_metrics
-from optim import OPTIMIZERS
-from tests.conftest import per_optimizer, tiny_config
-from tests.test_reliability import losses
-from tests.test_train import cli_args, lr_for
+from tests.helpers import cli_args, losses, lr_for, per_optimizer, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from adams_optim import AdamMini, AdamS, Lion
 
 import checkpoint
 import cli
@@ -20,8 +21,7 @@ import metrics
 import sample
 import train
 from model import GPT, GPTConfig
-from optim import AdamMini, AdamS, Lion
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 from tokens import write_tokens
 
 transformers = pytest.importorskip("transformers")
@@ -123,7 +123,7 @@ def test_hf_to_ours_to_hf_is_the_identity(tmp_path):
                 p.normal_(0, 0.02)
     original.save_pretrained(tmp_path / "a")
     ours = GPT.from_pretrained(str(tmp_path / "a"))
-    again = export.to_hf(ours, vocab_size=96)
+    again = ours.to_hf(vocab_size=96)
     theirs, back = original.state_dict(), again.state_dict()
     assert theirs.keys() == back.keys()
     for key in theirs:
@@ -294,7 +294,7 @@ def test_trainer_builds_adams_from_its_class_and_kwargs(tmp_path):
 def test_adam_mini_from_model_cuts_conv1d_weights_by_output_like_ours():
     # the exported HF model's Conv1D weights are ours transposed: the partitions must be the same blocks
     ours = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=4, n_embd=32, bias=True))
-    hf = export.to_hf(ours, 64)
+    hf = ours.to_hf(64)
     a = {name: (rule, n) for name, rule, n in AdamMini.from_model(ours).partition()}
     b = {name: (rule, n) for name, rule, n in AdamMini.from_model(hf).partition()}
     assert a == b and a["transformer.h.0.attn.c_attn.weight"] == ("qkv", 4 + 4 + 32)

@@ -17,12 +17,12 @@ import torch
 
 import checkpoint
 import cli
+import consolidate
 import dataset
 import export
 import metrics
 import train
-from tests.conftest import tiny_config
-from tests.test_train import cli_args
+from tests.helpers import cli_args, tiny_config
 from tokens import read_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def test_a_checkpoint_from_before_the_plain_rng_states_still_resumes(data_dir, t
 
 def test_consolidating_a_sharded_run_gives_one_pt_that_resumes_exactly_as_the_shards_do(sharded_run, tmp_path):
     src = Path(sharded_run.out_dir)
-    assert cli.main(checkpoint.main, ["consolidate", str(src), str(tmp_path / "one")]) == 0
+    assert cli.main(consolidate.main, [str(src), str(tmp_path / "one")]) == 0
     one = checkpoint.latest(tmp_path / "one")
     assert one.name == "ckpt_00000004.pt" and (tmp_path / "one" / "config.json").is_file()
     torch.load(one, weights_only=True)
@@ -87,7 +87,7 @@ def test_consolidating_a_sharded_run_gives_one_pt_that_resumes_exactly_as_the_sh
         assert torch.equal(a["model"][key], b["model"][key]), key
     assert [r["val_loss"] for r in metrics.read(tmp_path / "shards")[1]] == [r["val_loss"] for r in metrics.read(tmp_path / "one")[1]]
     export.export(tmp_path / "one", tmp_path / "hf")  # and export reads it
-    assert cli.main(checkpoint.main, ["consolidate", str(tmp_path / "one"), str(tmp_path / "again")]) == 2  # already one file
+    assert cli.main(consolidate.main, [str(tmp_path / "one"), str(tmp_path / "again")]) == 2  # already one file
 
 
 def test_nanogpt_token_files_convert_and_train(tmp_path, data_dir):
@@ -133,8 +133,7 @@ def test_adam_mini_on_a_grouped_query_model_matches_the_official_package():
     # width / n_head rows, which for K is one per KV head; V one per row, as the official package does
     transformers = pytest.importorskip("transformers")
     from adam_mini import Adam_mini
-
-    from optim import AdamMini
+    from adams_optim import AdamMini
 
     config = transformers.LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,

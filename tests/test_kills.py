@@ -20,8 +20,7 @@ import pytest
 
 import checkpoint
 import folders
-from tests.conftest import tiny_config
-from tests.test_train import cli_args
+from tests.helpers import cli_args, tiny_config
 from tokens import read_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,7 +145,7 @@ def test_a_killed_pack_or_unpack_leaves_the_folder_or_the_archive_whole(moment, 
     shutil.copytree(scan, work)
     want = files(work)
     rng = random.Random(moment)
-    pack = command("-m", "scripts.pack", work)
+    pack = command("-m", "study.pack", work)
     duration = timed(pack)
     shutil.unpack_archive(str(tmp_path / "scan.zip"), str(work), "zip")
     (tmp_path / "scan.zip").unlink()
@@ -159,7 +158,7 @@ def test_a_killed_pack_or_unpack_leaves_the_folder_or_the_archive_whole(moment, 
         then(pack)  # the obvious next command: pack again
     assert archived(tmp_path / "scan.zip") == want and not work.exists() and no_leftovers(tmp_path) == []
 
-    unpack = command("-m", "scripts.pack", "--unpack", tmp_path / "scan.zip")
+    unpack = command("-m", "study.pack", "--unpack", tmp_path / "scan.zip")
     kill_at_random(unpack, duration, rng)
     assert archived(tmp_path / "scan.zip") == want  # never touched
     if work.exists():

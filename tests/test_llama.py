@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from adams_optim import OPTIMIZERS, AdamMini
 
 import checkpoint
 import train
@@ -13,9 +14,7 @@ from configurator import TrainConfig
 from errors import UserError
 from model import GPT, GPTConfig
 from model_llama import SIZES, Llama, LlamaConfig, mlp_hidden
-from optim import OPTIMIZERS, AdamMini
-from tests.conftest import per_optimizer, tiny_config
-from tests.test_train import lr_for, read_metrics
+from tests.helpers import lr_for, per_optimizer, read_metrics, tiny_config
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,7 +1,6 @@
 """data.openwebtext.prepare through its offline --input path, with a tiny BPE or the real GPT-2 one."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +8,7 @@ import pytest
 from data import text
 from data.openwebtext import prepare as owt
 from errors import UserError
+from tests.helpers import gpt2_or_skip, tiny_encoding
 from tokens import read_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,14 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = [f"document {i}: the theory of {'hash ' * (i % 5)}things, {i * 7} times." for i in range(40)]
 
 
-def tiny_encoding():
-    import tiktoken
 
-    ranks = {bytes([i]): i for i in range(256)}
-    for i, merge in enumerate((b"th", b"he", b"the", b"in", b"ng")):
-        ranks[merge] = 256 + i
-    return tiktoken.Encoding(name="tiny-bpe", pat_str=r"""'s|'t| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
-                             mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 261})
 
 
 @pytest.fixture
@@ -91,16 +84,7 @@ def test_missing_text_field_and_missing_file_are_clear(tmp_path):
         owt.load_local([tmp_path / "nope.parquet"])
 
 
-def gpt2_or_skip():
-    cache = REPO.parent / "shared" / "tiktoken_cache"
-    if "TIKTOKEN_CACHE_DIR" not in os.environ and cache.is_dir():
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
-    try:
-        import tiktoken
 
-        return tiktoken.get_encoding("gpt2")
-    except Exception as e:  # offline and no cache
-        pytest.skip(f"GPT-2 BPE files not available offline ({type(e).__name__}); set TIKTOKEN_CACHE_DIR")
 
 
 def test_real_gpt2_encoding_with_worker_processes(inputs, tmp_path):

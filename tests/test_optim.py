@@ -9,10 +9,9 @@ import math
 
 import pytest
 import torch
+from adams_optim import OPTIMIZERS, AdamMini, AdamS, Lion, build_optimizer, hyperparameters, state_bytes
+from adams_optim.adam_mini import partition
 from torch import nn
-
-from optim import OPTIMIZERS, AdamMini, AdamS, Lion, build_optimizer, hyperparameters, state_bytes
-from optim.adam_mini import partition
 
 IMPLS = {"loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
 
@@ -20,7 +19,7 @@ IMPLS = {"loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": di
 @pytest.fixture
 def compiled_on_cpu(monkeypatch):
     """The torch.compile kernel (what fused=True runs on CUDA) instead of the C++ one on CPU."""
-    from optim._momentum_only import MomentumOnlyOptimizer
+    from adams_optim._momentum_only import MomentumOnlyOptimizer
 
     monkeypatch.setattr(MomentumOnlyOptimizer, "_compiled_on_cpu", True)
 
@@ -87,8 +86,8 @@ def run_steps(make, dtype, n=6, seed=0):
 @pytest.mark.parametrize("cls", [AdamS, Lion])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_loop_foreach_fused_agree(cls, dtype, monkeypatch):
-    from optim import _cpu_fused
-    from optim._momentum_only import MomentumOnlyOptimizer
+    from adams_optim import _cpu_fused
+    from adams_optim._momentum_only import MomentumOnlyOptimizer
 
     assert _cpu_fused.kernels() is not None, "the C++ kernels should build here (a compiler and ninja are installed)"
     results = {name: run_steps(lambda ps, kw=kw: cls(ps, lr=1e-2, weight_decay=0.1, **kw), dtype) for name, kw in IMPLS.items()}
@@ -116,7 +115,7 @@ def test_fused_cpu_adams_matches_the_formula_in_float64(betas, eps):
     # The C++ kernel folds lr, the bias correction, beta2 and eps into three constants (dividing by
     # sqrt(1 - beta2)); check it against the paper's formula in float64 at betas far from the default,
     # over gradients spanning nine decades, at steps 1-5 where the bias correction is largest.
-    from optim import _cpu_fused
+    from adams_optim import _cpu_fused
 
     assert _cpu_fused.kernels() is not None, "the C++ kernels should build here (a compiler and ninja are installed)"
     gen = torch.Generator().manual_seed(0)
@@ -144,7 +143,7 @@ def test_fused_cpu_bf16_rounds_as_torch_does():
     # On AVX2 and AVX-512 the kernels load and store bf16 by hand (even- and odd-indexed halves, their own
     # rounding). p + g through the no-math kernel must be fp32's sum rounded by torch, bit for bit:
     # over sixty decades, exact ties (both ways), overflow, inf, a zero sum, across body and tail.
-    from optim import _cpu_fused
+    from adams_optim import _cpu_fused
 
     assert _cpu_fused.kernels() is not None, "the C++ kernels should build here (a compiler and ninja are installed)"
     gen = torch.Generator().manual_seed(0)
@@ -162,7 +161,9 @@ def test_fused_cpu_bf16_rounds_as_torch_does():
     rounded_up = want[:2000] != a[:2000]
     assert 500 < rounded_up.sum() < 1500, "ties should round both ways (to even)"
     p, m = a.clone(), a.clone()
-    _cpu_fused.kernels().no_math_step([p], [b], [m])
+    from scripts.bench_optim import floor_kernels
+
+    floor_kernels().no_math_step([p], [b], [m])
     for got in (p, m):
         assert torch.equal(got.isnan(), want.isnan())
         same = got.view(torch.int16) == want.view(torch.int16)
@@ -174,7 +175,7 @@ def test_fused_cpu_bf16_nans_as_the_reference(cls):
     # torch's NaN check is left out of the kernels' bf16 rounding, and Lion's sign is built from two
     # comparisons: NaN gradients must come out where the reference update puts them (a NaN momentum;
     # a NaN parameter for AdamS, while Lion's sign(NaN) is 0, as torch.sign's), and nowhere else.
-    from optim import _cpu_fused
+    from adams_optim import _cpu_fused
 
     assert _cpu_fused.kernels() is not None, "the C++ kernels should build here (a compiler and ninja are installed)"
     gen = torch.Generator().manual_seed(0)
@@ -519,9 +520,10 @@ def test_importing_leaves_torch_distributed_tensor_and_fsdp_unimported(module):
 
 
 def test_a_new_optimizer_is_one_file_and_one_entry(monkeypatch, data_dir, tmp_path):
+    from adams_optim import Entry
+
     import train
-    from optim import Entry
-    from tests.conftest import tiny_config
+    from tests.helpers import tiny_config
 
     monkeypatch.setitem(OPTIMIZERS, "toy", Entry(SignMomentum, ("loop", "foreach")))
     for check in REGISTRY_CHECKS:
@@ -643,9 +645,10 @@ def test_torch_lr_schedulers_drive_adams(impl):
 
 def test_token_embeddings_are_found_by_role_not_by_shape():
     # width == vocab, so shape alone would also catch the square matrices and the norms
+    from adams_optim.groups import token_embeddings
+
     from model import GPT, GPTConfig
     from model_llama import Llama, LlamaConfig
-    from optim.registry import token_embeddings
 
     gpt = GPT(GPTConfig(vocab_size=64, n_embd=64, n_head=2, n_layer=1, block_size=8))  # head tied to wte
     assert token_embeddings(gpt) & {n for n, _ in gpt.named_parameters()} == {"transformer.wte.weight"}

@@ -5,7 +5,7 @@ import pytest
 
 from data.pystdlib.prepare import encoded, prepare, source_files
 from errors import UserError
-from tests.test_openwebtext import gpt2_or_skip, tiny_encoding
+from tests.helpers import gpt2_or_skip, tiny_encoding
 from tokens import read_tokens
 
 

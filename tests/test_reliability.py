@@ -15,15 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from adams_optim import OPTIMIZERS
 
 import checkpoint
 import train
 from errors import UserError
-from optim import OPTIMIZERS
 from scripts import sweep
 from tests import faults
-from tests.conftest import per_optimizer, tiny_config
-from tests.test_train import cli_args, lr_for, read_metrics
+from tests.helpers import cli_args, losses, lr_for, per_optimizer, read_metrics, tiny_config
 from tokens import write_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,8 +42,7 @@ def run_train_process(cfg, faults: str = "", timeout=300) -> subprocess.Complete
                           env=subprocess_env(faults), timeout=timeout)
 
 
-def losses(out_dir) -> dict[int, float]:
-    return {r["iter"]: r["train_loss"] for r in read_metrics(out_dir)[0]}
+
 
 
 def assert_same_losses(a_dir, b_dir):

@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("torchtitan", reason="torchtitan is not installed (pip install -e '.[titan]')")
 
-from optim import AdamS, Lion  # noqa: E402
-from optim.torchtitan import OptimizersContainer, optimizer_config  # noqa: E402
+from adams_optim import AdamS, Lion  # noqa: E402
+from adams_optim.torchtitan import OptimizersContainer, optimizer_config  # noqa: E402
 
 HYPER = {"AdamS": dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1), "Lion": dict(lr=1e-3, betas=(0.95, 0.98), weight_decay=1.0)}
 

@@ -23,9 +23,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 CHECK = textwrap.dedent("""
     import torch
-    from optim import _triton_fused as tf
-    from optim.adams import AdamSStep
-    from optim.lion import LionStep
+    from adams_optim import _triton_fused as tf
+    from adams_optim.adams import AdamSStep
+    from adams_optim.lion import LionStep
 
     def adams_by_hand(p, g, m, lr, wd, b1, b2, eps, inv_bc):  # the paper's rule, float64
         v = b2 * (m * inv_bc) ** 2 + (1 - b2) * g * g
@@ -91,8 +91,8 @@ PTX = textwrap.dedent("""
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from optim import _triton_fused as tf
-    from optim._triton_kernels import multi_tensor_kernel
+    from adams_optim import _triton_fused as tf
+    from adams_optim._triton_kernels import multi_tensor_kernel
 
     types = dict(addresses="*i64", numels="*i64", block_tensor="*i32", block_index="*i32", n_tensors="i32",
                  **{f"s{i}": "fp32" for i in range(6)})
@@ -113,7 +113,7 @@ def test_full_blocks_load_and_store_128_bits_at_a_time(tmp_path):
     compiler can see; until the kernel said so (tl.multiple_of), every access was one element wide,
     2 bytes for bf16, in the kernel whose bf16 step ran at a third of copy bandwidth on the H100."""
     pytest.importorskip("triton.backends.nvidia", reason="this triton has no CUDA backend to compile for")
-    from optim import _triton_fused as tf
+    from adams_optim import _triton_fused as tf
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")

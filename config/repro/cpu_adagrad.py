@@ -8,4 +8,4 @@ at CPU scale.
 from config.recipes import cpu_repro
 
 globals().update(cpu_repro("adagrad"))
-eps = 1e-8  # the committed CPU runs (results/runs/optimizers) took the shared default; the paper's configs take torch's 1e-10
+eps = 1e-8  # the committed CPU runs (study/results/runs/optimizers) took the shared default; the paper's configs take torch's 1e-10

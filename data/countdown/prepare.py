@@ -13,13 +13,9 @@ From one seeded stream of distinct problems (data/countdown/task.py), disjoint s
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cli
 import folders

@@ -19,11 +19,7 @@ lines with a ``text`` field), or plain text (one document per file).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cli
 from data.text import load_hub, load_local, random_split, write_splits

@@ -24,16 +24,12 @@ files differ in size):
 from __future__ import annotations
 
 import os
-import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
-
-if __package__ in (None, ""):  # run by path, not with -m: make the repo's modules importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cli
 import folders

@@ -1,0 +1,47 @@
+"""The command-line convention every script shares (cli.py): both spellings of an option, --help, run by path."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts import denominator_moments, update_alignment
+from tests.helpers import start_together
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_entry_point_takes_both_spellings_of_an_option_and_shows_defaults(capsys):
+    # cli.Parser: --block_size and --block-size are one option; --help gives each option's default
+    args = update_alignment.parse_args(["--block-size", "64", "--batch_size", "3"])
+    assert (args.block_size, args.batch_size) == (64, 3)
+    with pytest.raises(SystemExit):
+        denominator_moments.main(["--help"])
+    help_text = capsys.readouterr().out
+    assert "--beta1 BETA1  " in help_text and "(default: 0.9)" in help_text  # one spelling shown where there is one
+
+
+BY_PATH = sorted(p.relative_to(REPO).as_posix() for p in [*REPO.glob("scripts/[a-z]*.py"), *REPO.glob("data/*/prepare.py")])
+
+
+@pytest.fixture(scope="module")
+def help_runs(tmp_path_factory):
+    """script -> (its folder, the future of `python <script> --help` run there), all started together."""
+    folders = {script: tmp_path_factory.mktemp("help") for script in ["train.py", *BY_PATH]}
+    futures = start_together({script: [sys.executable, str(REPO / script), "--help"] for script in folders},
+                             cwd=folders.get, timeout=180)
+    return {script: (folders[script], futures[script]) for script in folders}
+
+
+@pytest.mark.parametrize("script", ["train.py", *BY_PATH])
+def test_every_script_runs_by_path_from_anywhere(script, help_runs):
+    # the README names scripts by path, so `python scripts/x.py` from any folder must import the repo's modules
+    folder, future = help_runs[script]
+    result = future.result()
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "usage" in result.stdout.lower() or "keys (default, meaning)" in result.stdout, result.stdout[:500]
+    assert not any(folder.iterdir()), "--help wrote files"
+    flat = " ".join(result.stdout.split())  # argparse wraps the help: one line to search
+    assert "(default: None)" not in flat  # an option without a default says what happens instead, or nothing
+    assert not re.search(r"\(default:[^)]*\)[^-]*\(default:", flat), "an option shows its default twice"

@@ -1,0 +1,87 @@
+"""The house's shape, read from the code itself: the product imports nothing from the study, no module imports
+itself round a circle (lazy imports inside functions included), and nothing edits sys.path."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SKIP = {".venv", "venv", ".git", "build", "out", "__pycache__"}
+
+
+def python_files(*roots: str) -> list[Path]:
+    return sorted(p for root in roots for p in (REPO / root).rglob("*.py")
+                  if not SKIP & set(p.relative_to(REPO).parts) and "egg-info" not in str(p))
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[0] == "optim":
+        parts[0] = "adams_optim"  # the name everything imports it by
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, wherever in the file (top level or inside a function)."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__" and node.args \
+                and isinstance(node.args[0], ast.Constant):
+            found.add(node.args[0].value)
+    return found
+
+
+def product_files() -> list[Path]:
+    return [p for p in python_files("") if p.relative_to(REPO).parts[0] != "study"]
+
+
+def test_the_product_imports_nothing_from_the_study():
+    arrows = [f"{p.relative_to(REPO)} imports {m}" for p in product_files() for m in sorted(imports(p))
+              if m == "study" or m.startswith("study.")]
+    assert not arrows, "the product must work with study/ deleted:\n" + "\n".join(arrows)
+
+
+def test_no_import_circle_among_the_repositorys_modules():
+    files = python_files("")
+    modules = {module_name(p): p for p in files}
+    graph = {name: {m for m in imports(path) if m in modules and m != name} for name, path in modules.items()}
+    for name in graph:  # "from pkg import mod" names pkg.mod; a package's __init__ is not an edge to its own modules
+        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    circles, seen, stack = [], set(), []
+
+    def visit(node):
+        if node in stack:
+            circles.append(stack[stack.index(node):] + [node])
+            return
+        if node in seen:
+            return
+        seen.add(node)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            visit(nxt)
+        stack.pop()
+
+    for node in sorted(graph):
+        visit(node)
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_nothing_edits_sys_path():
+    edits = [f"{p.relative_to(REPO)}:{n.lineno}" for p in python_files("") for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, ast.Attribute) and n.attr in ("insert", "append", "extend")
+             and isinstance(n.value, ast.Attribute) and n.value.attr == "path"
+             and isinstance(n.value.value, ast.Name) and n.value.value.id == "sys"]
+    assert not edits, "sys.path edits (install the project instead: pip install -e .):\n" + "\n".join(edits)
