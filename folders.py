@@ -465,30 +465,22 @@ def dataset(out: str | os.PathLike, names: Iterable[str], overwrite: bool = Fals
 OWNED = (ARCHIVE, RUN, GRPO, EXPORT, DATASET, SCAN)
 
 
-@contextlib.contextmanager
-def output(path: str | os.PathLike):
-    """Write one output file (a figure, a table): yields a temporary path beside it (same suffix), renamed
-    into place when the block ends. A file inside a run, an export, a dataset or a scan is never replaced
-    by a figure or a table, nor is an archive."""
+def check_output(path: str | os.PathLike) -> None:
+    """Refuse, in one line, an output file (a figure, a table, a benchmark's JSON) where it may not go: a folder,
+    a path below a file, or a file that it would replace inside a run, an export, a dataset or a scan, or an
+    archive."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path} is a folder; give a file name (a stem) for the output")
+    above = next((p for p in path.parents if p.exists()), Path("."))
+    if not above.is_dir():
+        raise UserError(f"{path} cannot be written: {above} is a file, not a folder; choose another --out")
     if path.exists():
-        kind = look(path.parent).kind
-        if kind in OWNED or zipfile.is_zipfile(path):
-            raise UserError(f"{path} belongs to {look(path.parent).what if kind in OWNED else 'an archive'}; a figure "
-                            "or table does not replace it. Choose another --out")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"{path.parent} cannot be made ({e.strerror}); choose another --out") from e
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        kind = look(path.parent)
+        if kind.kind in OWNED or zipfile.is_zipfile(path):
+            what = kind.what if kind.kind in OWNED else "an archive"
+            raise UserError(f"{path} belongs to {what}; an output of this command does not replace it. Choose another "
+                            "--out")
 
 
 # --- train.py's out_dir -------------------------------------------------------------------------------------

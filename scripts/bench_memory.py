@@ -23,7 +23,6 @@ an iteration.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 import time
@@ -38,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import cli
 from errors import UserError
 from model import GPT, SIZES, GPTConfig
+from scripts import write_json
 
 OPTIMIZERS = ("adamw", "adams")
 PAPER_SEQUENCES = 480  # 480 x 1,024 = 491,520 tokens per iteration (Section 4.1)
@@ -199,8 +199,7 @@ def main(argv=None):
     result = dict(device=name, torch=torch.__version__, world_size=world, block_size=args.block_size,
                   global_batch=args.global_batch, command=command, rows=rows)
     if args.json and rank == 0:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+        write_json(args.json, result)
     if dist.is_initialized():
         dist.destroy_process_group()
     return result

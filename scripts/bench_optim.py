@@ -20,7 +20,6 @@ copy bandwidth.
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from adams_optim import AdamMini, AdamS, Lion, _cpu_fused
 
 import cli
 from model import GPT, SIZES, GPTConfig
+from scripts import write_json
 
 
 @functools.cache
@@ -172,8 +172,7 @@ def main(argv=None):
             print(f"{r['size']:8} {r['optimizer']:24} {r['ms']:9.2f} {r['gbps']:7.1f} {100 * r['gbps'] / copy_gbps:6.0f}% "
                   f"{r['ratio_to_adamw_fused']:14.3f} {r['first_step_s']:11.2f}", flush=True)
             if args.json:  # rewritten after every row, so that an interrupted run keeps what it measured
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(result, indent=2))
+                write_json(args.json, result)
     if args.json:
         print(f"\nwrote {args.json}")
     return result

@@ -13,7 +13,6 @@ log lines of the second half of the run, read from the run's metrics.jsonl.
 
 from __future__ import annotations
 
-import json
 import platform
 import shlex
 import statistics
@@ -28,6 +27,7 @@ import torch
 import cli
 import metrics
 from errors import UserError
+from scripts import write_json
 from tokens import write_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,8 +75,7 @@ def main(argv=None):
         on_cuda = bool(rows) and rows[0]["config"]["derived"]["device"].startswith("cuda")
         device = torch.cuda.get_device_name() if on_cuda else platform.processor() or platform.machine()
         command = shlex.join(["python", "-m", "scripts.bench_train", *(sys.argv[1:] if argv is None else argv)])
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(dict(device=device, torch=torch.__version__, command=command, rows=rows), indent=2))
+        write_json(args.json, dict(device=device, torch=torch.__version__, command=command, rows=rows))
     return rows
 
 

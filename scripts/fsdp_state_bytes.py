@@ -14,8 +14,6 @@ statistics between ranks, cannot run there and is left out. Prints a table; --js
 
 from __future__ import annotations
 
-import json
-
 import torch
 import torch.distributed as dist
 from adams_optim import build_optimizer
@@ -28,6 +26,7 @@ import data_parallel
 from model import GPT, SIZES, GPTConfig
 from model_llama import SIZES as LLAMA_SIZES
 from model_llama import Llama, LlamaConfig
+from scripts import write_json
 
 
 def local_state_bytes(optimizer) -> int:
@@ -88,8 +87,7 @@ def main(argv=None):
             print(f"  {r['optimizer']:10} {', '.join(f'{b / 2**20:.1f} MiB' for b in sorted(set(r['state_bytes_per_rank'])))}"
                   f"{ratio}")
         if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(dict(size=args.size, world_size=world, device=args.device, rows=rows), indent=2))
+            write_json(args.json, dict(size=args.size, world_size=world, device=args.device, rows=rows))
     dist.destroy_process_group()
     return rows
 

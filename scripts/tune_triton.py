@@ -12,14 +12,13 @@ measurement instead of a guess (results/gpu/tune_triton.json: one H200).
 
 from __future__ import annotations
 
-import json
-
 import torch
 from adams_optim import _triton_fused
 
 import cli
 from errors import UserError
 from model import SIZES
+from scripts import write_json
 from scripts.bench_optim import bench, copy_bandwidth
 
 
@@ -67,8 +66,7 @@ def main(argv=None):
                           f"{r['ms']:7.3f} {r['pct_copy']:6.0f}% {r['ratio_to_adamw_fused']:8.3f}{'  (current)' if r['default'] else ''}")
                 result["rows"] += rows
                 if args.json:  # rewritten after every dtype, so that an interrupted run keeps what it measured
-                    args.json.parent.mkdir(parents=True, exist_ok=True)
-                    args.json.write_text(json.dumps(result, indent=2))
+                    write_json(args.json, result)
     finally:
         _triton_fused.SETTINGS.clear()
         _triton_fused.SETTINGS.update(default)
