@@ -206,18 +206,8 @@ def load(out_dir: str | os.PathLike, map_location="cpu") -> dict:
 
 
 def _torch_load(path: Path, map_location):
-    """``torch.load(weights_only=True)``: tensors and plain types only, nothing a file could run. Checkpoints
-    written before the RNG states were kept as lists hold NumPy's array of them: those load with NumPy's
-    array types allowed, and nothing else."""
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        if "numpy" not in str(e):
-            raise
-    multiarray = (getattr(np, "_core", None) or np.core).multiarray
-    numpy_types = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), multiarray._reconstruct]
-    with torch.serialization.safe_globals(numpy_types):
-        return torch.load(path, map_location=map_location, weights_only=True)
+    """``torch.load(weights_only=True)``: tensors and plain types only, nothing a file could run."""
+    return torch.load(path, map_location=map_location, weights_only=True)
 
 
 def load_file(path: Path, map_location="cpu") -> dict:

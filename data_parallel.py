@@ -117,17 +117,10 @@ def teardown() -> None:
 
 
 def exit_process(code: int) -> NoReturn:
-    """End the process with ``code``; a torchrun worker skips Python's interpreter shutdown.
-
-    A gloo thread drops its reference to a finished collective's tensors just after the collective
-    completes. If that last reference falls after Python has begun shutting down, the thread needs
-    the GIL, Python (3.11 here) ends it from inside a C++ destructor, and std::terminate aborts a
-    run that had finished ("terminate called without an active exception", exit code -6; about 1 in
-    12 two-process CPU runs on a loaded 2-core machine). destroy_process_group() does not stop it:
-    in a core dump gloo's threads were still running after it (something, a device mesh for
-    one, still holds the group). So a worker whose files are all closed flushes its output and
-    leaves without the shutdown.
-    """
+    """End the process with ``code``; a torchrun worker skips Python's interpreter shutdown, in which a gloo
+    thread still releasing a finished collective's tensors can abort a run that had finished (std::terminate,
+    exit -6; destroy_process_group does not stop those threads). Its files are closed by then: it flushes its
+    output and leaves."""
     if "RANK" not in os.environ:
         sys.exit(code)
     logging.shutdown()

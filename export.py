@@ -62,10 +62,7 @@ def load_model(source: str | Path) -> tuple[LanguageModel, dict]:
 
 def data_vocab(state: dict) -> int:
     """The vocabulary of the data the model was trained on (the model's may be padded)."""
-    if "data_vocab" in state:
-        return state["data_vocab"]
-    vocab = state["model_args"]["vocab_size"]  # checkpoints from before data_vocab was saved
-    return GPT2_VOCAB if vocab == 50304 else vocab
+    return state.get("data_vocab", state["model_args"]["vocab_size"])
 
 
 def bytes_to_unicode() -> dict[int, str]:

@@ -463,6 +463,10 @@ def dataset(out: str | os.PathLike, names: Iterable[str], overwrite: bool = Fals
 
 
 OWNED = (ARCHIVE, RUN, GRPO, EXPORT, DATASET, SCAN)
+# The files each kind of folder is made of (an export is one whole): an output of another command never replaces them
+OWN_FILES = {RUN: (*RUN_FILES, SWEEP_LOG), GRPO: ("metrics.jsonl", "run.json"),
+             DATASET: (*DATASET_FILES, "rl_train.jsonl", "test.jsonl"),
+             SCAN: ("runs.csv", "summary.csv", "summary.md", "summary.png")}
 
 
 def check_output(path: str | os.PathLike) -> None:
@@ -477,7 +481,7 @@ def check_output(path: str | os.PathLike) -> None:
         raise UserError(f"{path} cannot be written: {above} is a file, not a folder; choose another --out")
     if path.exists():
         kind = look(path.parent)
-        if kind.kind in OWNED or zipfile.is_zipfile(path):
+        if zipfile.is_zipfile(path) or kind.kind == EXPORT or path.name in OWN_FILES.get(kind.kind, ()):
             what = kind.what if kind.kind in OWNED else "an archive"
             raise UserError(f"{path} belongs to {what}; an output of this command does not replace it. Choose another "
                             "--out")

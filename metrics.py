@@ -14,9 +14,8 @@ Every line has a ``kind``:
   would have reached) and ``reason``. A resume from an earlier checkpoint drops it with the
   lines after that checkpoint.
 
-Runs written before kinds existed have no ``kind`` and call the eval estimate ``train_loss``;
-``read`` tells the two apart by the presence of ``val_loss``. A crash can leave the last line
-half-written: every reader here skips it (``records``), and a resume drops it.
+A crash can leave the last line half-written: every reader here skips it (``records``), and a
+resume drops it.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ def run_config(folder) -> dict:
 def records(path) -> list[dict]:
     """The JSON objects of a metrics.jsonl, one a line; a last line cut short by a crash is left out
     (a bad line anywhere else is corruption, and an error naming the file). ``path`` is a file's path,
-    or anything with ``read_text`` (a run inside a packed scan: study/pack.py)."""
+    or anything with ``read_text`` (a file inside an archive)."""
     text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
     lines = [line for line in text.splitlines() if line.strip()]
     out = []
@@ -122,12 +121,12 @@ class Log:
 
 
 def read(out_dir) -> tuple[list[dict], list[dict]]:
-    """(train lines, eval lines) of a run's metrics.jsonl, old runs' included; ``out_dir`` may be a
-    folder inside a packed scan (study/pack.py)."""
+    """(train lines, eval lines) of a run's metrics.jsonl; ``out_dir`` may be anything with ``joinpath``
+    whose files have ``read_text`` (a folder inside an archive)."""
     train, evals = [], []
     folder = out_dir if hasattr(out_dir, "joinpath") else Path(out_dir)
     for r in records(folder / FILE):
-        kind = r.get("kind", "eval" if "val_loss" in r else "train")
+        kind = r.get("kind")
         if kind == "eval":
             evals.append(r)
         elif kind == "train":

@@ -48,6 +48,22 @@ class LanguageModel(nn.Module):
 
     checkpointing = False  # recompute each block's activations in the backward pass instead of keeping them
 
+    def check_length(self, idx) -> int:
+        """The sequence length of ``idx`` (B, T), refused past the context."""
+        T = idx.shape[1]
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of length {T} is longer than block_size {self.config.block_size}")
+        return T
+
+    def head(self, x, targets=None):
+        """(logits, loss) from the last hidden states: every position's logits and the mean cross entropy, or,
+        without targets, only the last position's (all that sampling needs) and no loss."""
+        if targets is None:
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)  # (B, T, vocab)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
     def run_blocks(self, x, *args):
         """x through every block, each checkpointed if ``checkpointing``."""
         for block in self.blocks:
@@ -174,17 +190,9 @@ class GPT(LanguageModel):
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
     def forward(self, idx, targets=None):
-        B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence of length {T} is longer than block_size {self.config.block_size}")
-        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        pos = torch.arange(self.check_length(idx), dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
-        x = self.transformer.ln_f(self.run_blocks(x))
-        if targets is None:
-            return self.lm_head(x[:, [-1], :]), None  # only the last position is needed to sample
-        logits = self.lm_head(x)  # (B, T, vocab)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        return self.head(self.transformer.ln_f(self.run_blocks(x)), targets)
 
     def crop_block_size(self, block_size: int):
         """Shorten the context (e.g. to fine-tune GPT-2's 1024 at 256)."""

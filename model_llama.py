@@ -145,17 +145,10 @@ class Llama(LanguageModel):
         return n - self.model.embed_tokens.weight.numel() if non_embedding else n
 
     def forward(self, idx, targets=None):
-        B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence of length {T} is longer than block_size {self.config.block_size}")
+        T = self.check_length(idx)
         x = self.model.embed_tokens(idx)  # (B, T, C)
         cos, sin = rotary(self.config.n_embd // self.config.n_head, T, self.config.rope_theta, idx.device)
-        x = self.model.norm(self.run_blocks(x, cos.to(x.dtype), sin.to(x.dtype)))
-        if targets is None:
-            return self.lm_head(x[:, [-1], :]), None  # only the last position is needed to sample
-        logits = self.lm_head(x)  # (B, T, vocab)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        return self.head(self.model.norm(self.run_blocks(x, cos.to(x.dtype), sin.to(x.dtype))), targets)
 
     def crop_block_size(self, block_size: int):
         """Shorten the context: rotary embeddings have no table to cut, only the limit changes."""

@@ -28,6 +28,7 @@ import data_parallel
 import dataset
 import folders
 import metrics
+import reporting
 from architectures import architecture, hf_model_type
 from configurator import TrainConfig
 from errors import Interrupted, UserError
@@ -170,18 +171,7 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
     data = dataset.load(cfg.data_dir, cfg.dataset, cfg.block_size)
     check_memory(cfg, data["vocab_size"], device)
-    torch.manual_seed(cfg.seed)  # same initial weights on every rank
-    raw_model = build_model(cfg, data["vocab_size"], resume).to(device)
-    torch.manual_seed(cfg.seed + dist_.rank)  # dropout differs across ranks
-
-    dtype = cfg.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    model, autocast = data_parallel.parallelize(raw_model, raw_model.blocks, dist_, getattr(torch, dtype),
-                                                fsdp=cfg.fsdp, compile=cfg.compile)
-    optimizer = build_optimizer(cfg.optimizer, raw_model, implementation=cfg.implementation,
-                                embedding_lr_scale=cfg.embedding_lr_scale, **optimizer_kwargs(cfg, announce=main_rank))
-    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
+    raw_model, model, autocast, optimizer, scaler, dtype = build(cfg, dist_, data["vocab_size"], resume)
     writes = main_rank and not cfg.eval_only  # an evaluation changes nothing in out_dir
     log = metrics.Log(out_dir, writes, held=folder.fresh)
     progress = checkpoint.Progress()
@@ -205,7 +195,6 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
 
     micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
-    peak = peak_flops(device)
     if not folder.fresh and not cfg.eval_only:
         commit()
 
@@ -214,11 +203,12 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
                                  raw_model.config.vocab_size, device)
 
     def eval_and_save(it: int) -> dict:
+        started = time.time()
         losses = evaluate(model, batch, cfg.eval_iters, dist_, autocast)
+        report.evaluated(time.time() - started)
         log.write("eval", iter=it, tokens=progress.tokens, lr=get_lr(it, cfg), val_loss=losses["val"],
-                  eval_train_loss=losses["train"], elapsed_s=time.time() - start_time)
-        if main_rank:  # tqdm.write prints even when the bar is disabled
-            bar.write(f"iter {it}: val loss {losses['val']:.4f}, train loss {losses['train']:.4f}")
+                  eval_train_loss=losses["train"], elapsed_s=time.time() - report.start)
+        report.say(f"iter {it}: val loss {losses['val']:.4f}, train loss {losses['train']:.4f}")
         if it > 0 and not cfg.eval_only and (losses["val"] < progress.best_val_loss or cfg.always_save_checkpoint):
             progress.best_val_loss = min(progress.best_val_loss, losses["val"])
             checkpoint.save_run(out_dir, raw_model, optimizer, scaler, progress, meta, cfg.keep_checkpoints, dist_,
@@ -226,13 +216,10 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
             log.write("checkpoint", iter=it)  # the run's first one makes it a run to resume, not to start again
         return dict(val_loss=losses["val"], eval_train_loss=losses["train"], iter=it)
 
-    from tqdm import tqdm
-
-    # a progress bar on a terminal; redirected output gets nanoGPT's plain lines instead
-    bar = tqdm(total=cfg.max_iters, initial=progress.iter, disable=not (main_rank and sys.stderr.isatty()),
-               dynamic_ncols=True, mininterval=1.0, desc=cfg.optimizer)
-    start_time = window_start = time.time()
-    window_tokens, clipped, consecutive_skips = 0, 0, 0
+    for line in reporting.warnings(cfg, len(data["train"]), tokens_per_iter, progress.iter) if main_rank else []:
+        print(f"note: {line}")
+    report = reporting.Report(cfg, log, raw_model, peak_flops(device), progress, tokens_per_iter, main_rank)
+    consecutive_skips = 0
     params = [p for p in raw_model.parameters() if p.requires_grad]
     summary = {}
     model.train()
@@ -260,7 +247,6 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
             # With float16 the GradScaler owns overflowing gradients: it skips those steps itself.
             if math.isfinite(train_loss) and (math.isfinite(norm) or scaler.is_enabled()):
                 consecutive_skips = 0
-                clipped += int(cfg.grad_clip > 0 and norm > cfg.grad_clip)
                 scaler.step(optimizer)
             else:
                 what, value = ("loss", train_loss) if not math.isfinite(train_loss) else ("gradient norm", norm)
@@ -272,48 +258,50 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
                                     f" The last good checkpoint is {checkpoint.latest(out_dir)}: resume from it with "
                                     "a lower learning_rate, or check the data")
                 progress.skipped_steps += 1
-                if main_rank:
-                    bar.write(f"iter {it}: the {what} is not finite; step skipped ({consecutive_skips} in a row)")
+                report.say(f"iter {it}: the {what} is not finite; step skipped ({consecutive_skips} in a row)")
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             progress.iter, progress.tokens = it + 1, progress.tokens + tokens_per_iter
             if not folder.committed:
                 commit()
-            window_tokens += tokens_per_iter
-            bar.update(1)
-
-            done = progress.iter
-            if done % cfg.log_interval == 0 or done == cfg.max_iters:
-                tokens_per_s = window_tokens / (time.time() - window_start)
-                mfu = raw_model.estimate_mfu(tokens_per_s, peak) if peak else None
-                steps_in_window = cfg.log_interval if done % cfg.log_interval == 0 else done % cfg.log_interval
-                log.write("train", iter=done, tokens=progress.tokens, lr=lr, train_loss=train_loss, grad_norm=norm,
-                          clip_frac=clipped / steps_in_window, skipped_steps=progress.skipped_steps,
-                          tokens_per_s=tokens_per_s, mfu=mfu, elapsed_s=time.time() - start_time)
-                summary["train_loss"] = train_loss
-                postfix = dict(loss=f"{train_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
-                bar.set_postfix(postfix if mfu is None else dict(postfix, mfu=f"{100 * mfu:.1f}%"))
-                if bar.disable and main_rank:
-                    ms = 1000 * (time.time() - window_start) / steps_in_window
-                    print(f"iter {done}: loss {train_loss:.4f}, time {ms:.2f}ms" + ("" if mfu is None else f", mfu {100 * mfu:.2f}%"),
-                          flush=True)
-                window_start, window_tokens, clipped = time.time(), 0, 0
-            if done % cfg.eval_interval == 0 or done == cfg.max_iters:
-                summary.update(eval_and_save(done))
+            summary.update(report.step(it, lr, train_loss, norm, clipped=cfg.grad_clip > 0 and norm > cfg.grad_clip))
+            if progress.iter % cfg.eval_interval == 0 or progress.iter == cfg.max_iters:
+                summary.update(eval_and_save(progress.iter))
         if not folder.committed and not cfg.eval_only:  # max_iters=0: an evaluation, then done
             commit()
     finally:
-        bar.close()  # before any error message, so that message is the last line
+        report.close()  # before any error message, so that message is the last line
 
-    # under FSDP every rank takes part in the forward
-    if cfg.sample_tokens and not cfg.eval_only and (main_rank or cfg.fsdp):
-        text = sample(raw_model, device, cfg.seed, data["vocab_size"], cfg.sample_tokens)
-        if main_rank:
-            print(f"\n--- sample ---\n{text}\n--------------")
-    if not cfg.eval_only and main_rank:
-        print(f"metrics: {log.path}\ncheckpoint: {checkpoint.latest(out_dir)}\nconfig: {out_dir / 'config.json'}")
+    if not cfg.eval_only:
+        finish(cfg, raw_model, dist_, data["vocab_size"], log)
     log.finish()
     return dict(summary, skipped_steps=progress.skipped_steps)
+
+
+def build(cfg: TrainConfig, dist_: data_parallel.Dist, data_vocab: int, resume: dict | None):
+    """(the model, the module a step calls, its autocast, the optimizer, the loss scaler, the dtype)."""
+    torch.manual_seed(cfg.seed)  # same initial weights on every rank
+    raw_model = build_model(cfg, data_vocab, resume).to(dist_.device)
+    torch.manual_seed(cfg.seed + dist_.rank)  # dropout differs across ranks
+    dtype = cfg.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if dist_.device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    model, autocast = data_parallel.parallelize(raw_model, raw_model.blocks, dist_, getattr(torch, dtype),
+                                                fsdp=cfg.fsdp, compile=cfg.compile)
+    optimizer = build_optimizer(cfg.optimizer, raw_model, implementation=cfg.implementation,
+                                embedding_lr_scale=cfg.embedding_lr_scale, **optimizer_kwargs(cfg, announce=dist_.is_main))
+    scaler = torch.amp.GradScaler(dist_.device.type, enabled=(dtype == "float16"))
+    return raw_model, model, autocast, optimizer, scaler, dtype
+
+
+def finish(cfg: TrainConfig, model: LanguageModel, dist_: data_parallel.Dist, data_vocab: int, log: metrics.Log) -> None:
+    """The end of a run: a sample of what the model learned, and where the run's files are."""
+    if cfg.sample_tokens and (dist_.is_main or cfg.fsdp):  # under FSDP every rank takes part in the forward
+        text = sample(model, dist_.device, cfg.seed, data_vocab, cfg.sample_tokens)
+        if dist_.is_main:
+            print(f"\n--- sample ---\n{text}\n--------------")
+    if dist_.is_main:
+        print(f"metrics: {log.path}\ncheckpoint: {checkpoint.latest(cfg.out_dir)}\nconfig: {Path(cfg.out_dir) / 'config.json'}")
 
 
 @torch.no_grad()

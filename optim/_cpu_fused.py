@@ -1,7 +1,6 @@
 """The fused CPU kernels of AdamS and Lion (optim/_cpu_kernels.cpp), compiled at first use.
 
-``torch.utils.cpp_extension`` builds them once per machine (about half a minute on a 2-core CPU;
-a C++ compiler and ninja are needed) into torch's extension cache, for the CPU's vector width
+``torch.utils.cpp_extension`` builds them once per machine (a C++ compiler and ninja are needed) into torch's extension cache, for the CPU's vector width
 (AVX-512, AVX2, or portable code), as a library of torch operators (``torch.ops.<name>``). If they
 cannot be built, ``kernels()`` returns None and the optimizers fall back to the torch.compile path,
 saying so once.

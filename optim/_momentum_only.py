@@ -8,11 +8,10 @@ Each such optimizer supplies the same update rule in up to four forms:
   group's tensors (one kernel per tensor, one pass over memory, all launched from one call).
 - ``update_foreach``: the same rule with ``torch._foreach_*`` ops over lists of tensors.
 - ``cpu_kernel``: on CPU the fused implementation is a C++ kernel (optim/_cpu_kernels.cpp,
-  compiled at first use), one pass over memory with the step's scalars as plain values: the
-  compiled kernel reloads its 0-d tensor scalars at every vector on CPU, which cost ~10%.
+  compiled at first use), one pass over memory with the step's scalars as plain values (the
+  compiled kernel would reload its 0-d tensor scalars at every vector).
 - ``triton_kernel``: on CUDA the fused implementation is one Triton launch over all tensors
-  (optim/_triton_fused.py): the compiled path's per-tensor launches cost more CPU time than the
-  GPU needed.
+  (optim/_triton_fused.py), where the compiled path launches one kernel per tensor.
 
 ``hp`` is a NamedTuple of the step's scalars (``AdamSStep``, ``LionStep``: lr, weight decay,
 betas, ...), read by name. The loop and foreach paths get Python floats; the fused path gets
@@ -145,14 +144,10 @@ _RECOMPILE_LIMIT = 256
 
 @functools.cache
 def _compiled(update: Callable) -> Callable:
-    """``update`` over lists of tensors, compiled as one graph with static shapes.
-
-    One call runs every tensor's kernel: measured on a 2-core CPU at GPT-2 Small shapes, this is
-    0.72x torch's fused AdamW where one compiled call per tensor was 0.93x (per-call overhead)
-    and one dynamic-shape kernel for all sizes 1.95x (a slower inner loop). The price is the
-    first step's compile time, which grows with the number of tensors (about 30 s for GPT-2
-    Small's 50 large tensors on that CPU).
-    """
+    """``update`` over lists of tensors, compiled as one graph with static shapes: one call runs every
+    tensor's kernel, which costs less per step than a call per tensor or one dynamic-shape kernel for all
+    sizes (results/cpu/README.md has the measurements); the price is the first step's compile time, which
+    grows with the number of tensors."""
 
     def update_all(ps, gs, ms, hp):
         for p, g, m in zip(ps, gs, ms):

@@ -1,13 +1,12 @@
 """The fused CUDA kernels of AdamS and Lion: one Triton launch updates every tensor of a step.
 
-Measured on an H100 (torch 2.11, GPT-2 Small shapes, fp32): the kernels that ``torch.compile``
-emits for these updates run at the memory limit (0.92 ms of GPU time for the 2.49 GB a step must
-move), yet the step took 2.0-3.4 ms of wall time: one kernel launch per tensor, the guards on
-150 inputs and the foreach pass over the small tensors cost more CPU time than the GPU needs.
-So here, as in torch's own fused AdamW (``multi_tensor_apply``), one launch covers every tensor:
-program ``i`` reads which tensor and which block of it to update from a block table, and that
-tensor's addresses from a pointer table; the step's scalars are plain kernel arguments, so a
-new learning rate or bias correction does not recompile.
+The kernels ``torch.compile`` emits for these updates run at the memory limit, but one launch per
+tensor, the guards on every input and a foreach pass over the small tensors cost more CPU time than
+the GPU needs (results/gpu/README.md has the profile). So here, as in torch's own fused AdamW
+(``multi_tensor_apply``), one launch covers every tensor: program ``i`` reads which tensor and which
+block of it to update from a block table, and that tensor's addresses from a pointer table; the
+step's scalars are plain kernel arguments, so a new learning rate or bias correction does not
+recompile.
 
 Each tensor is read once and written once (p and m; g is read), in fp32 math whatever the
 storage dtype, which must be the same for p, g and m. The tables are cached: the block table per
@@ -25,11 +24,8 @@ from operator import attrgetter, or_
 
 import torch
 
-# Per element size: (bytes of each of p, g and m that one program updates, elements per thread).
-# Set from scripts/tune_triton.py on one H200 (results/gpu/tune_triton.json, GPT-2 Small shapes,
-# 128-bit loads): fp32 fastest at 8 KiB with 4 elements a thread (2048 elements, 16 warps), bf16 at
-# 32 KiB with 16 (16384 elements, 32 warps), 31% faster there than the 8 KiB / 16 that both dtypes
-# used before. fp16 takes bf16's setting (same size, not measured on its own).
+# Per element size: (bytes of each of p, g and m that one program updates, elements per thread), the
+# fastest that scripts/tune_triton.py found (results/gpu/tune_triton.json); fp16 takes bf16's setting.
 SETTINGS = {4: (8192, 4), 2: (32768, 16)}
 _ALIGN = 16  # bytes: every address the kernel takes is a multiple of this (128-bit loads and stores)
 

@@ -58,17 +58,8 @@ def adams_update_foreach(ps: list, grads: list, exp_avgs: list, hp: AdamSStep) -
 
 
 class AdamS(MomentumOnlyOptimizer):
-    r"""AdamS (Algorithm 1 of the AdamS paper), a drop-in for ``torch.optim.AdamW``.
-
-    AdamS replaces Adam's second-moment EMA with a normaliser built from the momentum it keeps
-    anyway, so its state is one tensor the size of the parameter (``exp_avg``), the footprint of
-    SGD with momentum and half of AdamW's.
-
-    Learning rate: the paper runs AdamS at AdamW's hyperparameters. In the adams-gpt project's
-    scans (models of 10K-7.2M parameters on a CPU and GPT-2 Small on one GPU; its README's "AdamS
-    in your own code" and study/report/lr_advice.md) AdamS's steps were about 4x longer than AdamW's at
-    the same lr, and its best lr was lower: start at a quarter of a tuned AdamW lr on runs of up to
-    about 200 tokens per parameter and at half of it from about 400 on, then scan x2 both ways.
+    r"""AdamS (Algorithm 1 of the AdamS paper), a drop-in for ``torch.optim.AdamW`` whose state is one
+    tensor a parameter (the momentum), half of AdamW's.
 
     At step t = 1, 2, … with bc = 1 − β1^t (``bias_correction=True``) or bc = 1 (``False``),
     and m the momentum before this step:
@@ -79,29 +70,18 @@ class AdamS(MomentumOnlyOptimizer):
         m &\leftarrow \beta_1\,m + (1 - \beta_1)\,g \\
         p &\leftarrow p - \eta\,\frac{m/bc}{\sqrt{v} + \epsilon}
 
-    ``bias_correction=True`` (the default) is what the authors' released code does and what
-    produced the paper's results. ``bias_correction=False`` is the paper's Algorithm 1 verbatim.
-    They differ most at the start: at β = (0.9, 0.95) the first step moves every coordinate by
-    lr·sign(g)/√0.05 ≈ 4.47·lr with correction, and by 0.1·lr/√0.05 ≈ 0.447·lr without.
-
-    Stability: β2 close to 1 destabilises AdamS. The denominator then leans on the old momentum
-    and reacts slowly to a gradient outlier (the paper's Figure 3); in its β sweep on GPT-2 Small,
-    (β1, β2) = (0.95, 0.999) ended at validation loss 3.46 against 2.89 at (0.95, 0.98). AdamW's
-    LLM default, 0.95, is the safe choice.
-
-    Step size: with ``bias_correction=False``, no weight decay and ε ≥ 0, every coordinate moves
-    by at most lr·√(β1²/β2 + (1−β1)²/(1−β2)) (≈ 1.026·lr at (0.9, 0.95)), by Cauchy–Schwarz,
-    and that bound is attained when m/g = β1(1−β2) / (β2(1−β1)). The paper's lemma states the
-    smaller max(β1/√β2, (1−β1)/√(1−β2)) (≈ 0.923·lr), which does not hold: m = g already gives
-    a step of exactly lr.
+    Learning rate: start lower than AdamW's (a quarter to half of a tuned AdamW lr), then scan (adams-gpt's
+    README, "AdamS in your own code"; the step bound, bias correction and stability are in optim/README.md).
 
     Args:
         params: parameters or parameter groups, as for any ``torch.optim`` optimizer.
         lr: learning rate η.
-        betas: (β1, β2): momentum coefficient and the weight of the old momentum in v.
+        betas: (β1, β2): momentum coefficient and the weight of the old momentum in v (0.95 is safe; near 1
+            destabilises AdamS).
         eps: ε added to √v.
         weight_decay: decoupled weight decay λ (AdamW-style, multiplied by lr).
-        bias_correction: divide the momentum by 1 − β1^t (see above).
+        bias_correction: divide the momentum by 1 − β1^t (the authors' code; ``False`` is the paper's
+            Algorithm 1 verbatim).
         foreach: use ``torch._foreach_*`` ops (default unless fused or ``foreach=False``).
         fused: one pass over memory: on CUDA one Triton kernel launch for all tensors, on CPU
             a C++ kernel built at first use (with ninja); ``torch.compile`` of the same update

@@ -28,6 +28,7 @@ checkpoints (commit logs, not weights), and an existing archive with members the
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import posixpath
 import shutil
@@ -60,6 +61,23 @@ class Packed(zipfile.Path):
 
     def __repr__(self) -> str:
         return f"Packed({str(self)!r})"
+
+    def read_text(self, *args, **kwargs) -> str:
+        """The member's text; a metrics.jsonl written before its lines had a ``kind`` (132 of the committed
+        runs) is given one, as train.py writes them now: 'eval' where there is a val_loss, else 'train'."""
+        text = super().read_text(*args, **kwargs)
+        if self.name != "metrics.jsonl" or '"kind"' in text.split("\n", 1)[0]:
+            return text
+        lines = []
+        for line in text.splitlines(keepends=True):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                lines.append(line)  # (a last line cut short: the reader leaves it out)
+                continue
+            kind = "eval" if "val_loss" in record else "train"
+            lines.append(json.dumps(dict(kind=kind, **record)) + ("\n" if line.endswith("\n") else ""))
+        return "".join(lines)
 
     def __fspath__(self):  # open(packed) would look for a file that is not there: fail loudly instead
         raise TypeError(f"{self} is inside {self.root.filename}; read it with .open() or .read_text(), not open()")

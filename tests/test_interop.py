@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -55,18 +54,6 @@ def test_checkpoints_load_with_weights_only(data_dir, tmp_path, sharded_run):
     assert meta["iter_num"] == 4
 
 
-def test_a_checkpoint_from_before_the_plain_rng_states_still_resumes(data_dir, tmp_path):
-    # before, NumPy's RNG state went in as its array: such a checkpoint loads with NumPy's array types allowed
-    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=2, eval_interval=2)
-    train.main(cfg)
-    path = checkpoint.latest(cfg.out_dir)
-    state = torch.load(path, weights_only=True)
-    for rng in state["rng"]:
-        rng["numpy"] = np.random.get_state()
-    torch.save(state, path)
-    with pytest.raises(pickle.UnpicklingError):  # torch's loader alone refuses the NumPy array
-        torch.load(path, weights_only=True)
-    assert train.cli(["--init_from=resume", f"--out_dir={cfg.out_dir}", "--max_iters=4", "--lr_decay_iters=20"]) == 0
 
 
 def test_consolidating_a_sharded_run_gives_one_pt_that_resumes_exactly_as_the_shards_do(sharded_run, tmp_path):
