@@ -78,18 +78,3 @@ def get_batch(tokens: np.ndarray, seed: int, stream: int, it: int, index: int, b
     return x.to(device), y.to(device)
 
 
-def newline(vocab_size: int) -> int:
-    """The newline's token id: the byte 10, GPT-2's BPE 198, Llama 2's sentencepiece 13 (<0x0A>); else 0."""
-    return 10 if vocab_size <= 256 else {50257: 198, 32000: 13}.get(vocab_size, 0)
-
-
-def decode(ids: list[int], vocab_size: int) -> str:
-    """Token ids as text: bytes for byte-level data, GPT-2 BPE otherwise (the ids if it is unavailable)."""
-    if vocab_size <= 256:
-        return bytes(ids).decode("utf-8", errors="replace")
-    try:
-        import tiktoken
-
-        return tiktoken.get_encoding("gpt2").decode(ids)
-    except Exception:  # no tokenizer files offline: show the ids
-        return " ".join(map(str, ids))

@@ -33,15 +33,10 @@ from pathlib import Path
 import checkpoint
 import cli
 import folders
+import vocabulary
 from architectures import architecture
 from errors import UserError, require
 from model import LanguageModel
-
-GPT2_VOCAB = 50257
-GPT2_FILES = {  # tiktoken's sources for GPT-2's BPE, and the name each has in a Hugging Face directory
-    "vocab.json": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
-    "merges.txt": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
-}
 
 
 def load_model(source: str | Path) -> tuple[LanguageModel, dict]:
@@ -65,48 +60,6 @@ def data_vocab(state: dict) -> int:
     return state.get("data_vocab", state["model_args"]["vocab_size"])
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte-level alphabet: each byte as a printable character. Printable Latin-1 bytes
-    are themselves; the others, in order, are the characters from U+0100 on."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    others = [b for b in range(256) if b not in printable]
-    return {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(others)}}
-
-
-def byte_tokenizer():
-    """A Hugging Face tokenizer whose ids are the UTF-8 bytes of the text: the embedded corpus's."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {char: b for b, char in bytes_to_unicode().items()}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, clean_up_tokenization_spaces=False)
-
-
-def gpt2_tokenizer(folder: Path):
-    """GPT-2's BPE tokenizer from tiktoken's files (its cache, or downloaded), or None if unavailable."""
-    try:
-        from tiktoken.load import read_file_cached
-
-        for name, url in GPT2_FILES.items():
-            (folder / name).write_bytes(read_file_cached(url))
-    except Exception as e:  # offline with no cache
-        print(f"note: GPT-2's tokenizer files are not available here ({type(e).__name__}); no tokenizer written. "
-              "Set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's GPT-2 files, or export where they download")
-        return None
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt")))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # with GPT-2's split pattern
-    tok.decoder = decoders.ByteLevel()
-    end = "<|endoftext|>"
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end, unk_token=end,
-                                   clean_up_tokenization_spaces=False)
-
-
 def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the checkpoint at ``source`` (an out_dir or a checkpoint) to ``hf_dir``; returns it. ``hf_dir`` is
     written beside and swapped in whole; it may replace only an export, and only with ``overwrite``."""
@@ -119,9 +72,9 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
         tmp = dest.stage()
         model.to_hf(vocab).save_pretrained(tmp)
         if vocab <= 256:
-            tokenizer = byte_tokenizer()
-        elif vocab == GPT2_VOCAB:
-            tokenizer = gpt2_tokenizer(tmp)
+            tokenizer = vocabulary.byte_tokenizer()
+        elif vocab == vocabulary.GPT2_VOCAB:
+            tokenizer = vocabulary.gpt2_tokenizer(tmp)
         else:
             tokenizer = None
             print(f"note: a vocabulary of {vocab} tokens is neither bytes nor GPT-2's; no tokenizer written")

@@ -22,33 +22,11 @@ import checkpoint
 import cli
 import configurator
 import export
+import vocabulary
 from architectures import architecture, hf_model_type
 from data_parallel import resolve_device
 from errors import UserError, require
 from model import LanguageModel
-
-
-def encoder_for(vocab: int, hf_dir: Path | None):
-    """(encode, decode) for the model's vocabulary."""
-    if hf_dir is not None and any((hf_dir / name).exists() for name in ("tokenizer.json", "vocab.json")):
-        require("transformers", "hf")
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(hf_dir)
-        return (lambda text: tok(text)["input_ids"]), (lambda ids: tok.decode(ids))
-    if vocab <= 256:
-        return (lambda text: list(text.encode("utf-8"))), (lambda ids: bytes(ids).decode("utf-8", errors="replace"))
-    if vocab == export.GPT2_VOCAB:
-        try:
-            import tiktoken
-
-            enc = tiktoken.get_encoding("gpt2")
-        except Exception as e:
-            raise UserError(f"GPT-2's tokenizer cannot be loaded here ({type(e).__name__}); set TIKTOKEN_CACHE_DIR to "
-                            "a folder with tiktoken's GPT-2 files, or run where they can be downloaded") from e
-        return (lambda text: enc.encode(text, allowed_special={"<|endoftext|>"})), enc.decode
-    raise UserError(f"no tokenizer is known for a vocabulary of {vocab} tokens; export the model with a tokenizer "
-                    "and pass its folder as --init_from")
 
 
 def load(args) -> tuple[LanguageModel, int, Path | None]:
@@ -85,7 +63,7 @@ def sample(args) -> list[str]:
     device = resolve_device(args.device)
     model, vocab, hf_dir = load(args)
     model.to(device)
-    encode, decode = encoder_for(vocab, hf_dir)
+    encode, decode = vocabulary.encoder_for(vocab, hf_dir)
     ids = encode(prompt_text(args.start))
     if not ids:
         raise UserError("the prompt is empty; give at least one character with --start")

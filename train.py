@@ -29,6 +29,7 @@ import dataset
 import folders
 import metrics
 import reporting
+import vocabulary
 from architectures import architecture, hf_model_type
 from configurator import TrainConfig
 from errors import Interrupted, UserError
@@ -352,10 +353,10 @@ def peak_flops(device: torch.device) -> float | None:
 
 def sample(model: LanguageModel, device: torch.device, seed: int, vocab_size: int, length: int = 300) -> str:
     """A sample of ``length`` tokens after a newline, to see what the model learned."""
-    prompt = torch.tensor([[dataset.newline(vocab_size)]], device=device)
+    prompt = torch.tensor([[vocabulary.newline(vocab_size)]], device=device)
     out = model.eval().generate(prompt, length, temperature=0.8, top_k=50,
                                 generator=torch.Generator(device=device).manual_seed(seed))
-    return dataset.decode(out[0].tolist(), vocab_size)
+    return vocabulary.decode(out[0].tolist(), vocab_size)
 
 
 def cli(argv: list[str]) -> int:

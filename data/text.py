@@ -1,10 +1,6 @@
 """Text documents to token files: what every dataset's prepare module shares.
 
-A tokenizer is named by a string, so that worker processes can load it themselves:
-
-- ``tiktoken:NAME`` (``tiktoken:gpt2`` for GPT-2's BPE), or a tiktoken ``Encoding`` object;
-- the path of a sentencepiece ``tokenizer.model`` (Llama 2's);
-- the path of a Hugging Face tokenizer directory (one with ``tokenizer.json`` or ``tokenizer_config.json``).
+The tokenizer is named by a string (vocabulary.load_tokenizer), so that worker processes can load it themselves.
 
 Each document becomes its tokens followed by the tokenizer's end-of-text (end-of-sequence) token.
 Both splits are written beside the output folder and moved into place only when both are complete
@@ -14,7 +10,6 @@ there is replaced only with --overwrite.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,58 +17,7 @@ import numpy as np
 import folders
 from errors import UserError
 from tokens import TokenWriter
-
-
-@dataclass
-class Tokenizer:
-    """The three things a token file needs from a tokenizer."""
-
-    encode: object  # text -> list of ids, without special tokens
-    eot: int  # appended to every document
-    n_vocab: int
-
-
-_LOADED: dict = {}
-
-
-def load_tokenizer(spec) -> Tokenizer:
-    """The tokenizer ``spec`` names (cached per process), or wrap a tiktoken Encoding object."""
-    if not isinstance(spec, str):
-        return Tokenizer(spec.encode_ordinary, spec.eot_token, spec.n_vocab)
-    if spec not in _LOADED:
-        try:
-            _LOADED[spec] = _load(spec)
-        except UserError:
-            raise
-        except Exception as e:  # whatever tiktoken, sentencepiece or transformers raise for a file they cannot read
-            first = (str(e).strip().splitlines() or [""])[0][:160]
-            raise UserError(f"--tokenizer {spec} cannot be loaded ({type(e).__name__}: {first}); give tiktoken:NAME, a "
-                            "sentencepiece .model file, or a Hugging Face tokenizer folder") from None
-    return _LOADED[spec]
-
-
-def _load(spec: str) -> Tokenizer:
-    if spec.startswith("tiktoken:"):
-        import tiktoken
-
-        enc = tiktoken.get_encoding(spec.removeprefix("tiktoken:"))
-        return Tokenizer(enc.encode_ordinary, enc.eot_token, enc.n_vocab)
-    path = Path(spec)
-    if path.is_file():  # a sentencepiece model
-        import sentencepiece
-
-        sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
-        if sp.eos_id() < 0:
-            raise UserError(f"--tokenizer {path}: the sentencepiece model has no end-of-sequence token")
-        return Tokenizer(sp.encode, sp.eos_id(), sp.get_piece_size())
-    if path.is_dir():
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(path)
-        if tok.eos_token_id is None:
-            raise UserError(f"--tokenizer {path}: the tokenizer has no end-of-sequence token")
-        return Tokenizer(lambda text: tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id, len(tok))
-    raise UserError(f"--tokenizer {spec}: neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder")
+from vocabulary import load_tokenizer
 
 
 def load_local(paths: list[Path]):

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from data.c4 import prepare as c4
-from data.text import load_tokenizer
 from errors import UserError
 from tokens import read_tokens
+from vocabulary import load_tokenizer
 
 DOCS = [f"Document {i} says: the {['quick', 'lazy', 'brown'][i % 3]} fox jumps over {i * 3} dogs." for i in range(60)]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import vocabulary
 from data.countdown import prepare as countdown_prepare
 from data.countdown import task
 from data.countdown.task import (
@@ -124,13 +125,12 @@ def tiny_policy(tmp_path_factory):
     pytest.importorskip("trl")
     import transformers
 
-    import export
 
     folder = tmp_path_factory.mktemp("policy")
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=256, n_positions=96, n_embd=32, n_layer=1, n_head=2)
     transformers.GPT2LMHeadModel(config).save_pretrained(folder / "hf")
-    export.byte_tokenizer().save_pretrained(folder / "hf")
+    vocabulary.byte_tokenizer().save_pretrained(folder / "hf")
     countdown_prepare.prepare(folder / "data", sft=10, sft_val=2, rl_train=16, test=8, seed=0)
     return folder
 
@@ -243,14 +243,13 @@ def tiny_qwen2(tmp_path_factory):
     pytest.importorskip("trl")
     import transformers
 
-    import export
 
     folder = tmp_path_factory.mktemp("qwen2")
     torch.manual_seed(0)
     config = transformers.Qwen2Config(vocab_size=257, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=640)
     transformers.Qwen2ForCausalLM(config).save_pretrained(folder / "hf")
-    export.byte_tokenizer().save_pretrained(folder / "hf")
+    vocabulary.byte_tokenizer().save_pretrained(folder / "hf")
     countdown_prepare.prepare(folder / "data", sft=10, sft_val=2, rl_train=16, test=8, seed=0)
     return folder
 

@@ -20,6 +20,7 @@ import export
 import metrics
 import sample
 import train
+import vocabulary
 from model import GPT, GPTConfig
 from tests.helpers import tiny_config
 from tokens import write_tokens
@@ -70,7 +71,7 @@ def test_the_byte_tokenizer_round_trips_any_text_as_utf8_bytes(byte_run, tmp_pat
     # the alphabet is GPT-2's byte-level one: the same characters the tokenizers library uses
     from tokenizers import pre_tokenizers
 
-    assert set(export.bytes_to_unicode().values()) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert set(vocabulary.bytes_to_unicode().values()) == set(pre_tokenizers.ByteLevel.alphabet())
 
 
 def test_a_padded_vocabulary_is_cropped_to_the_datas(tmp_path, capsys):

@@ -21,6 +21,7 @@ import dataset
 import export
 import metrics
 import train
+import vocabulary
 from tests.helpers import cli_args, tiny_config
 from tokens import read_tokens
 
@@ -167,13 +168,13 @@ def test_redirected_output_gets_plain_log_lines_not_progress_bars(data_dir, tmp_
 
 
 def test_the_end_of_run_sample_starts_from_the_datas_newline():
-    assert dataset.newline(256) == ord("\n")
+    assert vocabulary.newline(256) == ord("\n")
     tiktoken = pytest.importorskip("tiktoken")
     try:
         encoding = tiktoken.get_encoding("gpt2")
     except Exception as e:
         pytest.skip(f"GPT-2's BPE files are not available here ({type(e).__name__}); set TIKTOKEN_CACHE_DIR")
-    assert [dataset.newline(50257)] == encoding.encode("\n")
+    assert [vocabulary.newline(50257)] == encoding.encode("\n")
 
 
 def test_out_names_a_file_stem_whatever_extension_it_ends_in(tmp_path):

@@ -79,7 +79,7 @@ def prepare(
     if tokenizer is None:
         vocab, encode = VOCAB_SIZE, lambda raw: np.frombuffer(raw, dtype=np.uint8)
     else:
-        from data.text import load_tokenizer
+        from vocabulary import load_tokenizer
 
         tok = load_tokenizer(tokenizer)
         vocab, encode = tok.n_vocab, lambda raw: tok.encode(raw.decode("utf-8", errors="replace")) + [tok.eot]
