@@ -22,7 +22,7 @@ RULES = {
     "adams": (1, 0.1, (0.9, 0.95), 1e-8),  # AdamW's hyperparameters unchanged (the authors' AdamS: eps 1e-8)
     "adam_mini": (1, 0.1, (0.9, 0.95), 1e-8),  # AdamW's hyperparameters
     "lion": (0.1, 1.0, (0.95, 0.98), None),  # Chen et al. (2023): 0.1x lr, 10x weight decay, beta (0.95, 0.98)
-    # appendix C: "the same learning rate and learning rate decay schedule as those of AdamW, and other
+    # appendix B: "the same learning rate and learning rate decay schedule as those of AdamW, and other
     # hyperparameters as default", i.e. torch's: no weight decay, Adagrad's eps 1e-10, RMSprop's 1e-8
     # (alpha 0.99). The authors' released code has no Adagrad or RMSprop to read them from.
     "adagrad": (1, 0.0, None, 1e-10),

@@ -193,8 +193,10 @@ def evaluate(model, tokenizer, problems: list[dict], max_new_tokens: int, batch:
     return dict(test_reward=statistics.mean(rewards), test_accuracy=sum(r == 1.0 for r in rewards) / len(rewards))
 
 
-def reward_fn(prompts, completions, numbers, target, **kwargs) -> list[float]:
-    return [score(c, n, t) for c, n, t in zip(completions, numbers, target)]
+def reward_fn(prompts, completions, numbers, target, eos: str | None = None, **kwargs) -> list[float]:
+    """TinyZero's reward of each completion, on its text up to its end-of-sequence token (which veRL's decoding
+    leaves out; a byte-level policy's is the newline, an ordinary token that TRL's decoding keeps)."""
+    return [score(c.split(eos)[0] if eos else c, n, t) for c, n, t in zip(completions, numbers, target)]
 
 
 def check_context(model, tokenizer, texts: list[str], max_completion_length: int) -> None:
@@ -328,7 +330,10 @@ def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, proc
             disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant",
             **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.4) if vllm else {}),
         )
-        trainer = Trainer(model=model, reward_funcs=reward_fn, args=config, train_dataset=dataset,
+        def countdown_reward(prompts, completions, numbers, target, **kwargs):  # (TRL logs it by this name)
+            return reward_fn(prompts, completions, numbers, target, eos=tokenizer.eos_token)
+
+        trainer = Trainer(model=model, reward_funcs=countdown_reward, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[TestReward()])
         trainer.train()
     meta = dict(optimizer=optimizer_name, seed=seed, lr=lr, steps=plan["max_steps"], weight_decay=args.weight_decay,

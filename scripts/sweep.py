@@ -1,6 +1,6 @@
 """Run a grid of training runs, several seeds each, and tabulate their final validation losses.
 
-    # the paper's Table 4: AdamS over beta1 x beta2, GPT-2 Small on 8 GPUs (prints the commands)
+    # the paper's Table 2: AdamS over beta1 x beta2, GPT-2 Small on 8 GPUs (prints the commands)
     python -m scripts.sweep config/train_gpt2_small_adams.py --grid beta1=0.9,0.95 \\
         --grid beta2=0.9,0.95,0.98,0.99,0.999 --out out/beta_sweep --print-commands --nproc 8
 

@@ -5,7 +5,6 @@ import json
 import re
 import subprocess
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -36,10 +35,9 @@ def test_problems_are_deterministic_distinct_and_solvable():
     assert len({(tuple(sorted(p.numbers)), p.target) for p in a}) == 300
     for p in a:
         assert len(p.numbers) in (3, 4) and 1 <= p.target <= 100
-        value, used = evaluate(p.solution)
-        assert value == p.target and sorted(used) == sorted(p.numbers)  # the solution is right, by our parser
+        assert evaluate(p.solution) == pytest.approx(p.target, abs=1e-9)  # the solution is right, by our evaluator
         assert eval(p.solution) == pytest.approx(p.target)  # ...and by Python's (trusted input: our own)
-        assert score(completion(p), p.numbers, p.target) == CORRECT_SCORE
+        assert score(completion(p).removesuffix("\n"), p.numbers, p.target) == CORRECT_SCORE  # (its newline: the end token)
 
 
 def test_solutions_take_the_numbers_left_to_right_in_the_prompts_order():
@@ -71,7 +69,7 @@ NUMBERS, TARGET = [3, 7, 25], 46  # 25 + 3 * 7
 
 @pytest.mark.parametrize("text, expected", [
     (" <answer>25 + 3 * 7</answer>", CORRECT_SCORE),
-    (" <answer>(7 * 3) + 25</answer>\n", CORRECT_SCORE),  # the newline that ends a completion
+    (" <answer>(7 * 3) + 25</answer>\n", 0.0),  # TinyZero: the last line is the empty one after the newline
     (" thinking... <answer>25+3*7</answer>", CORRECT_SCORE),
     (" <answer>1 + 2</answer> <answer>25 + 3 * 7</answer>", CORRECT_SCORE),  # the last answer counts
     (" <answer>25 + 7 * 3 / 1</answer>", FORMAT_SCORE),  # 1 is not one of the numbers
@@ -90,6 +88,51 @@ def test_reward_on_hand_written_completions(text, expected):
     assert score(text, NUMBERS, TARGET) == expected
 
 
+# Worked out by hand from TinyZero's verl/utils/reward_score/countdown.py: extract_solution keeps the last line
+# (split("\n")[-1]) and its last <answer>; validate_equation compares every run of digits with the numbers;
+# evaluate_equation checks the characters ^[\d+\-*/().\s]+$ and evals; a value within 1e-5 of the target is right.
+TINYZERO = [
+    ("<answer>1+2+3</answer>", [1, 2, 3], 6, 1.0),
+    ("<answer>1+2+3</answer>\n", [1, 2, 3], 6, 0.0),  # last line empty
+    ("<answer>1+2+3</answer>\nDone.", [1, 2, 3], 6, 0.0),  # last line has no answer
+    ("thinking\n<answer>1+2+3</answer>", [1, 2, 3], 6, 1.0),  # the answer is the last line
+    ("<answer>-(4+2)+6</answer>", [4, 2, 6], 0, 1.0),  # unary minus
+    ("<answer>2**3*5</answer>", [2, 3, 5], 40, 1.0),  # a power
+    ("<answer>3.5*2</answer>", [3, 5, 2], 7, 1.0),  # a decimal: its digits 3 and 5 are two numbers
+    ("<answer>8//3+1</answer>", [8, 3, 1], 3, 1.0),  # floor division
+    ("<answer>6/4*2</answer>", [6, 4, 2], 3, 1.0),  # 3.0
+    ("<answer>1/3*3</answer>", [1, 3, 3], 1, 1.0),  # 0.999...: within 1e-5
+    ("<answer>+5</answer>", [5], 5, 1.0),  # unary plus
+    ("<answer> 7 </answer>", [7], 7, 1.0),  # stripped
+    ("<answer>1+2</answer> <answer>3*1</answer>", [3, 1], 3, 1.0),  # the last answer
+    ("<answer>(1+2)*3</answer>", [1, 2, 3], 9, 1.0),
+    ("<answer>(1+2)*3</answer>", [1, 2, 3], 8, 0.1),  # misses the target
+    ("<answer>1+2=3</answer>", [1, 2], 3, 0.1),  # '=3' adds the number 3
+    ("<answer>4/0+1</answer>", [4, 0, 1], 1, 0.1),  # ZeroDivisionError
+    ("<answer>2*(3+4</answer>", [2, 3, 4], 14, 0.1),  # SyntaxError
+    ("<answer>5 5</answer>", [5, 5], 10, 0.1),  # SyntaxError
+    ("<answer>(5)(5)</answer>", [5, 5], 25, 0.1),  # a call: TypeError
+    ("<answer>abc</answer>", [1], 1, 0.1),  # no numbers at all
+    ("<answer>(-8)**0.5</answer>", [8, 0, 5], 3, 0.1),  # a complex value, far from 3
+    ("<answer>2**-1*4</answer>", [2, 1, 4], 2, 1.0),  # 0.5 * 4
+    ("<answer>1e1</answer>", [1, 1], 10, 0.1),  # 'e' fails the character check
+    ("no answer", [1], 1, 0.0),
+]
+
+
+@pytest.mark.parametrize("text, numbers, target, expected", TINYZERO)
+def test_reward_is_tinyzeros_on_a_table_worked_out_by_hand(text, numbers, target, expected):
+    assert score(text, numbers, target) == expected
+
+
+def test_a_power_too_large_to_compute_scores_as_a_wrong_answer_without_hanging():
+    import time
+
+    start = time.time()
+    assert score("<answer>9**9**9</answer>", [9, 9, 9], 1) == FORMAT_SCORE  # TinyZero's eval would not finish
+    assert time.time() - start < 1.0
+
+
 @pytest.mark.parametrize("answer", [
     "__import__('os').system('echo pwned')", "25 ** 3 * 7", "2 ** 10 ** 10", "25 + 3 * 7; 1", "25 + 3 * 7 if 1 else 0",
     "[25, 3, 7]", "25e0 + 3 * 7", "0x19 + 3 * 7", "25 + 3 * 7 " + "+ 0 " * 200, "lambda: 46", "46",
@@ -100,9 +143,11 @@ def test_adversarial_answers_are_parsed_never_executed(answer, tmp_path, monkeyp
     assert not list(tmp_path.iterdir())
 
 
-def test_exact_arithmetic():
-    assert evaluate("(1 + 2) / 3 * 3")[0] == 3 and evaluate("7 / 2")[0] == Fraction(7, 2)
-    assert evaluate("10 - 2 - 3")[0] == 5 and evaluate("8 / 4 / 2")[0] == 1  # left to right
+def test_evaluation_is_pythons_arithmetic_without_eval():
+    # the values Python's own arithmetic gives, written out by hand
+    assert evaluate("(1 + 2) / 3 * 3") == 3.0 and evaluate("7 / 2") == 3.5 and evaluate("7 // 2") == 3
+    assert evaluate("10 - 2 - 3") == 5 and evaluate("8 / 4 / 2") == 1.0  # left to right
+    assert evaluate("2 ** 3 ** 2") == 512 and evaluate("-2 ** 2") == -4  # right to left; the power binds tighter
     assert extract_answer("x <answer> 1 + 2 </answer>") == "1 + 2"
 
 
@@ -200,6 +245,19 @@ TINYZERO = dict(lr=1e-6, generation_prompts=256, prompts=64, generations=5, max_
                 epochs=15, eval_every=400, test_problems=1024, template="tinyzero")
 
 
+def test_grpo_refuses_a_process_count_that_does_not_divide_the_batch():
+    from types import SimpleNamespace
+
+    from scripts import grpo
+
+    args = SimpleNamespace(prompts=64, generations=5, generation_prompts=256, micro_batch=8, steps=None, epochs=15)
+    assert grpo.batch_plan(args, 8, 327_680) == dict(per_device_train_batch_size=8, gradient_accumulation_steps=5,
+                                                     max_steps=15 * 327_680 // 64, generation_batch_size=1280)
+    assert grpo.batch_plan(args, 1, 327_680)["gradient_accumulation_steps"] == 40  # 320 completions a step, 8 at a time
+    with pytest.raises(UserError, match="do not split into micro-batches of 8 on each of 3 processes"):
+        grpo.batch_plan(args, 3, 327_680)
+
+
 def test_grpo_tinyzero_preset_is_tinyzeros_settings_and_the_command_line_wins():
     from scripts import grpo
 
@@ -267,6 +325,8 @@ def test_grpo_tinyzero_preset_runs_end_to_end_on_a_tiny_qwen2(tiny_qwen2, tmp_pa
     assert [r["step"] for r in records] == [0, 1, 2]
     meta = json.loads((out / "run.json").read_text())
     assert meta["preset"] == "tinyzero" and meta["lr"] == 1e-6 and meta["done"]
+    assert {k: meta[k] for k in ("prompts_per_rollout", "prompts_per_step", "steps_per_rollout", "epochs")} == \
+        dict(prompts_per_rollout=4, prompts_per_step=2, steps_per_rollout=2, epochs=2 * 2 / 16)  # one process: the same
     assert meta["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     assert meta["dtype"] == ("bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32")
     trained = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -288,6 +348,10 @@ def test_grpo_under_torchrun_builds_our_optimizer_in_the_trainer_and_writes_once
     assert result.returncode == 0, result.stderr[-3000:]
     meta = json.loads((out / "run.json").read_text())
     assert meta["processes"] == 2 and meta["optimizer"] == "lion" and meta["done"]
+    # the batch as the options give it, counted over both processes (each gets its half), read back from TRL's
+    # settings: 4 prompts a rollout, 2 an optimizer step, so 2 steps a rollout; 2 steps x 2 prompts of the 16
+    assert {k: meta[k] for k in ("prompts_per_rollout", "prompts_per_step", "steps_per_rollout", "epochs")} == \
+        dict(prompts_per_rollout=4, prompts_per_step=2, steps_per_rollout=2, epochs=2 * 2 / 16)
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged if r["kind"] == "eval"] == [0, 1, 2]  # once, not once per process
     rates = [r["learning_rate"] for r in logged if r["kind"] == "train" and "learning_rate" in r]

@@ -2,7 +2,7 @@
 authors' released code.
 
 Both tables below are typed from their sources, not derived from the config files: PAPER from the
-AdamS paper (Section 4.1-4.3, Appendix C), AUTHORS from github.com/pku-huzhang/AdamS
+AdamS paper (Section 4.1-4.3, Appendix B), AUTHORS from github.com/pku-huzhang/AdamS
 (nanoGPT/train.py's defaults and config/train_gpt2.py, config/train_gpt2_AdamS.py).
 """
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 # GPT-2 sizes (OpenAI 2019) and the paper's peak AdamW learning rates (Section 4.1)
 SIZES = {"small": (12, 12, 768, 6e-4), "medium": (24, 16, 1024, 3e-4), "large": (36, 20, 1280, 3e-4)}
 # optimizer: (lr multiplier over AdamW's, weight decay, betas, eps); Lion's 0.1x lr / 10x wd rule;
-# Adagrad and RMSprop (Appendix C): AdamW's lr and schedule, "other hyperparameters as default", i.e.
+# Adagrad and RMSprop (Appendix B): AdamW's lr and schedule, "other hyperparameters as default", i.e.
 # torch's: weight decay 0, eps 1e-10 (Adagrad) and 1e-8 (RMSprop)
 OPTIMIZERS = {"adamw": (1, 0.1, (0.9, 0.95), 1e-8), "adams": (1, 0.1, (0.9, 0.95), 1e-8),
               "adam_mini": (1, 0.1, (0.9, 0.95), 1e-8), "lion": (0.1, 1.0, (0.95, 0.98), None),
@@ -104,7 +104,7 @@ def test_every_config_file_is_in_the_table_or_a_cpu_reproduction():
 
 
 # Llama 2 (Touvron et al., 2023) and the AdamS paper's runs, typed from the papers (7B: Section 4.2; 13B:
-# Appendix C, "a peak learning rate of 1e-4"): n_layer, n_head, n_embd, context, sequences per step,
+# Appendix B, "a peak learning rate of 1e-4"): n_layer, n_head, n_embd, context, sequences per step,
 # steps, warmup, AdamW's peak lr
 LLAMA2 = {"7b": (32, 32, 4096, 4096, 1024, 8000, 2000, 3e-4), "13b": (40, 40, 5120, 2048, 16, 30000, 100, 1e-4)}
 LLAMA2_OPTIMIZERS = ("adamw", "adams", "adam_mini", "lion")

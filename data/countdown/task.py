@@ -9,17 +9,21 @@ fixed shape, ``((a op b) op c) op d``, lets a sub-million-parameter model learn 
 numbers, so that what is left to learn (and for GRPO to improve) is the choice of operations.
 Any expression that uses every number once and hits the target scores, not only that shape.
 
-The reward follows TinyZero's ``verl/utils/reward_score/countdown.py``: the answer is the last
-``<answer>...</answer>`` on the completion's last line; no answer scores 0, an answer that does
-not use exactly the given numbers, does not parse or evaluate, or misses the target scores the
-format reward 0.1; an answer that hits the target scores 1. Where TinyZero evaluates the
-expression with Python's ``eval`` (after a character check), this parses it and computes with
-exact fractions: no model output is ever executed.
+The reward is TinyZero's ``verl/utils/reward_score/countdown.py`` (``score``): the answer is the
+last ``<answer>...</answer>`` on the completion's last line; no answer scores 0, an answer that
+does not use exactly the given numbers, does not evaluate, or misses the target scores the format
+reward 0.1; an answer that hits the target scores 1. Where TinyZero evaluates the expression with
+Python's ``eval`` (after a character check), this parses it and computes the same value node by
+node: no model output is ever executed. The two differ only where eval cannot finish (a power
+such as ``9**9**9``), which scores 0.1 here. TinyZero scores prompt and completion together and
+keeps what follows "Assistant:"; with its prompt that is the completion this scores.
 """
 
 from __future__ import annotations
 
+import ast
 import math
+import operator
 import random
 import re
 from dataclasses import dataclass
@@ -27,8 +31,6 @@ from fractions import Fraction
 
 FORMAT_SCORE, CORRECT_SCORE = 0.1, 1.0
 _ANSWER = re.compile(r"<answer>(.*?)</answer>")
-_TOKEN = re.compile(r"\s*(\d+|[-+*/()])")
-MAX_ANSWER_CHARS = 200  # longer answers are not evaluated (format score only)
 MAX_MISSES = 200_000  # draws in a row that find no new problem before generate() gives up
 
 
@@ -119,91 +121,76 @@ def splits(n_train: int, n_test: int, seed: int = 0, **kwargs) -> tuple[list[Pro
 
 # --- the reward ------------------------------------------------------------------------------------
 
+# TinyZero's character check: digits, + - * / ( ) . and white space, nothing else
+_ALLOWED = re.compile(r"^[\d+\-*/().\s]+$")
+MAX_ANSWER_CHARS = 10_000  # longer answers are scored as a wrong answer unevaluated (parsing is linear, but bounded)
+MAX_POWER_BITS = 4096  # a power whose integer result would need more bits is not computed (9**9**9): wrong answer
+
 
 def extract_answer(text: str) -> str | None:
-    """The last <answer>...</answer> on the last line of ``text`` (TinyZero's rule), stripped."""
-    lines = text.rstrip("\n").split("\n")
-    found = _ANSWER.findall(lines[-1]) if lines else []
+    """The last <answer>...</answer> on the last line of ``text``, stripped: TinyZero's ``extract_solution``
+    (``text.split("\n")[-1]``, so a text ending in a newline has an empty last line and no answer)."""
+    found = _ANSWER.findall(text.split("\n")[-1])
     return found[-1].strip() if found else None
 
 
-class _Parser:
-    """expr := term (('+'|'-') term)* ; term := factor (('*'|'/') factor)* ; factor := INT | '(' expr ')'"""
-
-    def __init__(self, text: str):
-        self.tokens, pos = [], 0
-        while pos < len(text.rstrip()):
-            match = _TOKEN.match(text, pos)
-            if not match:
-                raise ValueError(f"unexpected character at {pos}")
-            self.tokens.append(match.group(1))
-            pos = match.end()
-        self.i = 0
-        self.numbers: list[int] = []
-
-    def parse(self) -> Fraction:
-        value = self.expr()
-        if self.i != len(self.tokens):
-            raise ValueError("trailing input")
-        return value
-
-    def peek(self):
-        return self.tokens[self.i] if self.i < len(self.tokens) else None
-
-    def take(self):
-        self.i += 1
-        return self.tokens[self.i - 1]
-
-    def expr(self) -> Fraction:
-        value = self.term()
-        while self.peek() in ("+", "-"):
-            value = value + self.term() if self.take() == "+" else value - self.term()
-        return value
-
-    def term(self) -> Fraction:
-        value = self.factor()
-        while self.peek() in ("*", "/"):
-            op, right = self.take(), self.factor()
-            if op == "/" and right == 0:
-                raise ZeroDivisionError
-            value = value * right if op == "*" else value / right
-        return value
-
-    def factor(self) -> Fraction:
-        token = self.peek()
-        if token is None:
-            raise ValueError("unexpected end")
-        self.take()
-        if token == "(":
-            value = self.expr()
-            if self.peek() != ")":
-                raise ValueError("missing )")
-            self.take()
-            return value
-        if token.isdigit():
-            self.numbers.append(int(token))
-            return Fraction(int(token))
-        raise ValueError(f"unexpected {token!r}")
+class Unsafe(ValueError):
+    """An answer whose value cannot be computed in bounded time and memory."""
 
 
-def evaluate(expression: str) -> tuple[Fraction, list[int]]:
-    """The exact value of an arithmetic expression (integers, + - * /, parentheses) and the
-    numbers it uses; ValueError or ZeroDivisionError if it is not one."""
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def _value(node):
+    """What Python's ``eval`` gives for an arithmetic syntax tree, computed node by node: numbers, the unary and
+    binary operators, parentheses. Anything else (a call, a name, a tuple) raises ValueError, as eval would fail
+    on it with no names to look up; a power too large to compute raises Unsafe."""
+    if isinstance(node, ast.Expression):
+        return _value(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_value(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _value(node.left), _value(node.right)
+        if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
+                and right > 0 and right * math.log2(abs(left)) > MAX_POWER_BITS:
+            raise Unsafe("the power is too large to compute")
+        return _BINARY[type(node.op)](left, right)
+    raise ValueError(f"not arithmetic: {type(node).__name__}")
+
+
+def evaluate(expression: str):
+    """The value Python's ``eval`` would give the expression under TinyZero's character check, computed without
+    running anything; ValueError (or ZeroDivisionError, OverflowError...) where eval would fail, Unsafe where its
+    value cannot be computed in bounded time and memory."""
     if len(expression) > MAX_ANSWER_CHARS:
-        raise ValueError("too long")
-    parser = _Parser(expression)
-    return parser.parse(), parser.numbers
+        raise Unsafe("too long")
+    if not _ALLOWED.match(expression):
+        raise ValueError("characters besides digits, + - * / ( ) . and spaces")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except (SyntaxError, RecursionError, MemoryError) as e:
+        raise ValueError("not an expression") from e
+    return _value(tree)
 
 
 def score(completion_text: str, numbers, target: int) -> float:
-    """TinyZero's Countdown reward: 0 (no answer), 0.1 (an answer, but not a right one), 1 (right)."""
+    """TinyZero's Countdown reward (verl/utils/reward_score/countdown.py ``compute_score``), on the completion's
+    text: 0 without an answer on its last line; 0.1 (the format reward) for an answer whose numbers (every run of
+    digits, so 3.5 is 3 and 5) are not exactly the given ones, that does not evaluate, or that misses the target by
+    1e-5 or more; 1 for one that hits it. Python's arithmetic, as TinyZero's eval (``**``, ``//``, unary minus,
+    decimals), is computed from the parsed expression, never executed; an answer whose value cannot be computed
+    safely (``9**9**9``: TinyZero would hang) scores 0.1."""
     answer = extract_answer(completion_text)
     if answer is None:
         return 0.0
+    if sorted(int(n) for n in re.findall(r"\d+", answer)) != sorted(int(n) for n in numbers):
+        return FORMAT_SCORE  # every number exactly once
     try:
-        value, used = evaluate(answer)
-    except (ValueError, ZeroDivisionError):
+        value = evaluate(answer)
+        return CORRECT_SCORE if abs(value - target) < 1e-5 else FORMAT_SCORE
+    except (ArithmeticError, ValueError, TypeError):  # Unsafe is a ValueError
         return FORMAT_SCORE
-    if sorted(used) != sorted(numbers):  # every number exactly once
-        return FORMAT_SCORE
-    return CORRECT_SCORE if value == target else FORMAT_SCORE
