@@ -487,6 +487,22 @@ def check_output(path: str | os.PathLike) -> None:
                             "--out")
 
 
+def write_output(path: str | os.PathLike, data: bytes, command: str | None = None) -> Path:
+    """The one door for a figure, a table or a benchmark's JSON: take the file's lock, refuse a place it may
+    not go (check_output), then write it beside and rename it in (write_atomic). Returns the path."""
+    path = Path(path)
+    lock = Lock(path, command or _command())
+    check_output(path)  # before the lock: a path below a file has no folder for the lock either
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock.acquire("--out")
+    try:
+        check_output(path)  # what is there now, under the lock
+        write_atomic(path, data)
+    finally:
+        lock.release()
+    return path
+
+
 # --- train.py's out_dir -------------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@
 from pathlib import Path
 
 import cli
+import folders
 from configurator import documented_fields
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ def main(argv=None):
     text = path.read_text()
     start = text.index("\n", text.index("<!-- config-table")) + 1
     end = text.index("<!-- /config-table -->")
-    path.write_text(text[:start] + table() + text[end:])
+    folders.write_atomic(path, (text[:start] + table() + text[end:]).encode())
     print(f"updated the configuration table in {path}")
 
 

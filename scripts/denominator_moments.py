@@ -18,13 +18,12 @@ stationarity, and prints both with the relative error.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
 
 import cli
-from scripts import out_file
+from scripts import out_file, save_figure, write_csv
 
 
 def closed_forms(mu: float, sigma: float, b1: float, b2: float) -> dict[str, float]:
@@ -72,10 +71,7 @@ def main(argv=None):
             rows.append(dict(b1=args.beta1, b2=b2, mu=mu, sigma=sigma, moment=key, closed_form=exact[key],
                              monte_carlo=sim[key], rel_error=rel))
             print(f"{b2:5} {mu:4} {sigma:5} | {key:7} {exact[key]:12.5f} {sim[key]:12.5f} {rel:10.2%}")
-    with open(out_file(args.out, ".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out_file(args.out, ".csv"), rows)
     plot(rows, out_file(args.out, ".png"))
     print(f"max relative error {max(r['rel_error'] for r in rows):.2%}; wrote {out_file(args.out, '.csv')} and .png")
     return rows
@@ -98,8 +94,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_ylabel("Monte Carlo")
     fig.suptitle("AdamW's (S) and AdamS's (V) denominators: closed forms vs simulation")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

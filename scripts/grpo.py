@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
 import os
 import statistics
@@ -69,6 +68,7 @@ from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score, tinyzero_prompt
 from errors import UserError
 from metrics import read_json
+from scripts import csv_bytes, figure_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data" / "countdown"
@@ -394,10 +394,7 @@ def summarize(root: Path, optimizers, seeds) -> list[dict]:
             rows.append(dict(optimizer=name, step=step, n=len(values), reward_mean=statistics.mean(values),
                              reward_std=statistics.stdev(values) if len(values) > 1 else 0.0,
                              accuracy_mean=statistics.mean(acc)))
-    with open(root / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    folders.write_atomic(root / "summary.csv", csv_bytes(rows))
     plot(rows, root / "summary.png")
     return rows
 
@@ -422,8 +419,7 @@ def plot(rows: list[dict], path: Path) -> None:
            title="GRPO on Countdown (mean ± std over seeds)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    folders.write_atomic(path, figure_bytes(fig, dpi=130))
 
 
 def parse_args(argv=None) -> argparse.Namespace:

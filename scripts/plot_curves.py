@@ -16,7 +16,6 @@ which the loss curves, all close together, hide:
 
 from __future__ import annotations
 
-import csv
 import statistics
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import cli
 import metrics
 from errors import UserError
 from metrics import records
-from scripts import out_file
+from scripts import out_file, save_figure, write_csv
 
 
 def load_run(out_dir: Path) -> tuple[dict, list[dict]]:
@@ -122,13 +121,8 @@ def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
               fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_file(args.out, ".png"), dpi=130)
-    plt.close(fig)
-    with open(out_file(args.out, ".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["group", "x", "mean", "std", "n"] + ["minus"] * (args.minus is not None))
-        writer.writeheader()
-        writer.writerows(rows)
+    save_figure(fig, out_file(args.out, ".png"), dpi=130)
+    write_csv(out_file(args.out, ".csv"), rows, ["group", "x", "mean", "std", "n"] + ["minus"] * (args.minus is not None))
     for label in sorted({r["group"] for r in rows}):
         last = [r for r in rows if r["group"] == label][-1]
         print(f"{label}: final val loss {last['mean']:.4f} ± {last['std']:.4f} (n={last['n']})")

@@ -30,7 +30,6 @@ never written.
 from __future__ import annotations
 
 import csv
-import io
 import itertools
 import math
 import os
@@ -45,6 +44,7 @@ import cli
 import folders
 from errors import UserError
 from metrics import records, run_config
+from scripts import csv_bytes, figure_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -216,7 +216,7 @@ def summarize(runs, keys: list[str], out: Path, write: bool = True) -> list[dict
         by_point.setdefault(tuple(point.items()), []).append((value, done))
     if write:
         out.mkdir(parents=True, exist_ok=True)
-        folders.write_atomic(out / "runs.csv", _csv(rows, [*keys, "seed", "val_loss", "finished"]))
+        folders.write_atomic(out / "runs.csv", csv_bytes(rows, [*keys, "seed", "val_loss", "finished"]))
     summary = []
     for point, runs_here in by_point.items():
         values = [v for v, done in runs_here if done]
@@ -225,7 +225,7 @@ def summarize(runs, keys: list[str], out: Path, write: bool = True) -> list[dict
         summary.append(dict(point, mean=mean, std=std, n=len(values), seeds=len(runs_here),
                             finished=len(values) == len(runs_here)))
     if write:
-        folders.write_atomic(out / "summary.csv", _csv(summary, [*keys, "mean", "std", "n", "seeds", "finished"]))
+        folders.write_atomic(out / "summary.csv", csv_bytes(summary, [*keys, "mean", "std", "n", "seeds", "finished"]))
     lines = ["| " + " | ".join(keys + ["final val loss (mean ± std)", "seeds"]) + " |", "|" + " --- |" * (len(keys) + 2)]
     for s in summary:
         if not s["n"]:
@@ -272,18 +272,7 @@ def heatmap(summary: list[dict], keys: list[str], path: Path) -> None:
     ax.set_title("final validation loss (mean over seeds)")
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, dpi=130, format="png")
-    plt.close(fig)
-    folders.write_atomic(path, png.getvalue())
-
-
-def _csv(rows: list[dict], fields: list[str]) -> bytes:
-    text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(rows)
-    return text.getvalue().encode()
+    folders.write_atomic(path, figure_bytes(fig, dpi=130))
 
 
 def label_color(rgba) -> str:

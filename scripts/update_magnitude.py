@@ -16,7 +16,6 @@ from running the real optimizer (``adams_optim.AdamS``) on one tensor, not from 
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import torch
 from adams_optim import AdamS
 
 import cli
-from scripts import out_file
+from scripts import out_file, save_figure, write_csv
 
 
 def step_sizes(ratios: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor:
@@ -47,11 +46,8 @@ def main(argv=None):
 
     ratios = torch.linspace(-13, 13, args.points, dtype=torch.float64)
     curves = {b2: step_sizes(ratios, args.beta1, b2) for b2 in args.beta2}
-    with open(out_file(args.out, ".csv"), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["ratio"] + [f"beta2={b2}" for b2 in args.beta2])
-        for i, r in enumerate(ratios.tolist()):
-            writer.writerow([r] + [curves[b2][i].item() for b2 in args.beta2])
+    write_csv(out_file(args.out, ".csv"), [["ratio"] + [f"beta2={b2}" for b2 in args.beta2]]
+              + [[r] + [curves[b2][i].item() for b2 in args.beta2] for i, r in enumerate(ratios.tolist())])
 
     import matplotlib
 
@@ -69,8 +65,7 @@ def main(argv=None):
     ax.set_title(f"AdamS update magnitude, β1 = {args.beta1}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out_file(args.out, ".png"), dpi=130)
-    plt.close(fig)
+    save_figure(fig, out_file(args.out, ".png"), dpi=130)
     print(f"wrote {out_file(args.out, '.png')} and .csv")
     return ratios, curves
 

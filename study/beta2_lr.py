@@ -14,21 +14,15 @@ pure-noise limit, c = 1 − 2β1β2/(1 + β1) (study/noise_scale.py).
 from __future__ import annotations
 
 import ast
-import csv
 import math
 from pathlib import Path
 
 import cli
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, read_csv, save_figure
 from study.noise_scale import denominator_constants, typical_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def number(text: str) -> float | None:
@@ -50,7 +44,7 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
     parser.add_argument("--lr", default="study/results/beta2_lr", help="lr_transfer's --out (one AdamW grid, AdamS at several betas)")
     parser.add_argument("--rbar", default="study/results/analysis/noise_scale_beta2",
                         help="folder of beta2=B/noise_scale.csv, one per AdamS beta2, along one AdamW probe run")
-    parser.add_argument("--out", default="out/beta2_lr", help="the figure, as OUT.png")
+    parser.add_argument("--out", type=cli.place, default=Path("out/beta2_lr"), help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     lr_out = root / args.lr
     if not out_file(lr_out, ".csv").is_file():
@@ -86,7 +80,7 @@ def main(argv=None, root: Path = ROOT) -> list[dict]:
         print(f"| {t['beta1']:g}, {t['beta2']:g} | {rule} | {t['best_lr']:.2g}{fit} | {t['best_loss']:.3f} ({t['n']}) "
               f"| {ratio} |")
     title = f"{float(rows[0]['params']) / 1e6:.2g}M GPT, {int(rows[0]['steps']):,} steps of {int(rows[0]['batch_tokens']):,} tokens"
-    plot(table, points, adamw_best, probe_beta1, title, out_file(root / args.out, ".png"))
+    plot(table, points, adamw_best, probe_beta1, title, out_file(args.out, ".png"))
     return table
 
 
@@ -132,8 +126,7 @@ def plot(table: list[dict], points: list[dict], adamw_best: float, beta1: float,
     right.invert_xaxis()
     right.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 

@@ -46,7 +46,7 @@ import numpy as np
 
 import cli
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, save_figure
 from study import lr_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,8 +165,8 @@ def measured_bracket(runs: list[tuple[float, float]]) -> str:
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> dict:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="out/crossing_fit", help="the figure, as OUT.png")
-    parser.add_argument("--params", type=float, action="append", default=[],
+    parser.add_argument("--out", type=cli.place, default=Path("out/crossing_fit"), help="the figure, as OUT.png")
+    parser.add_argument("--params", type=cli.positive, action="append", default=[],
                         help="also print the fit's run length to crossing 1 for a model of this many parameters")
     parser.add_argument("--of", choices=QUANTITIES, default="crossing",
                         help="fit the crossing (default) or AdamS's best lr over AdamW's (ratio)")
@@ -182,8 +182,6 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     if missing:
         raise UserError(f"--check: no lr_transfer table at {', '.join(missing)}; "
                          "write one with python -m study.lr_transfer RUNS... --out PREFIX")
-    if any(p <= 0 for p in args.params):
-        raise UserError("--params takes a model's parameter count, a positive number such as 2e6")
     name, value, one, *_ = quantity = QUANTITIES[args.of]
     rows = sorted(family(lr_ratio.settings(root, scans, rbar)), key=lambda s: (s["params"], lr_ratio.tokens_per_param(s)))
     bounds = [s for s in rows if not math.isfinite(value(s))]  # the curves did not cross: a bound only
@@ -235,7 +233,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
     checked = []
     if args.check:
         checked = check(f, lr_ratio.settings(root, as_scans(args.check, root), rbar), quantity)
-    plot(rows, f, held, quantity, out_file(root / args.out, ".png"), checked)
+    plot(rows, f, held, quantity, out_file(args.out, ".png"), checked)
     return dict(fit=f, held=held, rows=rows, checked=checked)
 
 
@@ -326,8 +324,7 @@ def plot(rows: list[dict], f: dict, held: dict, quantity: tuple, path: Path, che
         key = "\n".join(f"{n:>2}  {lr_ratio.size(c['params'])}, {c['table']}"
                         + (f" ({c['bound'][0]} {c['measured']:.2f})" if c["bound"] else "") for n, c in zip(numbers, stars))
         ax.text(1.02, 1, key, transform=ax.transAxes, va="top", fontsize=7.5, color="tab:red", family="monospace")
-    fig.savefig(path, dpi=130, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=130, bbox_inches="tight")
     print(f"\nwrote {path}")
 
 

@@ -28,14 +28,13 @@ OUT.png, and prints the measured R_emb, its fit, the table and the matched diffe
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 import cli
 import metrics
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, read_csv, save_figure, write_csv
 from scripts.sweep import final_val_loss
 from study import pack
 
@@ -44,8 +43,7 @@ TIED = "transformer.wte.weight"
 
 def embedding_ratios(noise_csv: Path) -> dict[str, float]:
     """Per measured run: the geometric mean of AdamS's embedding step length relative to AdamW's over its checkpoints."""
-    with open(noise_csv) as f:
-        rows = [r for r in csv.DictReader(f) if r["measured_ratio"] not in ("", "nan")]
+    rows = [r for r in read_csv(noise_csv, ("measured_ratio", "tensor"), "a noise_scale table (python -m study.noise_scale's OUT.csv)") if r["measured_ratio"] not in ("", "nan")]
     picked = [r for r in rows if r["tensor"] == "embedding"] or [r for r in rows if r["tensor"] == TIED]
     if not picked:
         raise UserError(f"{noise_csv} has no measured ratio for the token embedding; make it with "
@@ -161,8 +159,7 @@ def plot(groups: dict[tuple[str, float], list[dict]], path: Path) -> None:
                 title="against the embedding's step, in AdamW's lr units")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
 
 
 def main(argv=None):
@@ -191,10 +188,7 @@ def main(argv=None):
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fields = ["optimizer", "lr", "embedding_lr_scale", "seed", "embedding_lr", "embedding_ratio", "effective_embedding_lr",
               "val_loss", "run"]
-    with open(out_file(args.out, ".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(r for rs in groups.values() for r in rs)
+    write_csv(out_file(args.out, ".csv"), [r for rs in groups.values() for r in rs], fields)
     print(f"{'optimizer':9} {'lr':>7} {'scale':>5} {'seed':>4} {'R_emb':>5} {'effective emb lr':>16} {'val loss':>8}")
     for rs in groups.values():
         for r in rs:

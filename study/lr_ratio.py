@@ -48,16 +48,17 @@ the paper's β = (0.9, 0.95).
 from __future__ import annotations
 
 import ast
-import csv
 import math
 from pathlib import Path
 
 import cli
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, read_csv, save_figure
 from study.noise_scale import typical_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
+POINTS = "an lr_transfer points table (OUT_points.csv)"
+NOISE_TABLE = "a noise_scale table (python -m study.noise_scale's OUT.csv)"
 
 REFERENCE_BETAS = (0.9, 0.95)
 # (lr_transfer's table, what the scan varied, what its text is): in the figure's order, top to bottom
@@ -152,8 +153,8 @@ def measured_rbar(root: Path, rbar=RBAR) -> dict[tuple, float]:
         path = root / table
         if not path.is_file():
             raise UserError(f"{table} does not exist; run the noise_scale command beside it in study/README.md")
-        with open(path) as f:
-            rows = [dict(r, measured_ratio=float(r["measured_ratio"] or "nan")) for r in csv.DictReader(f) if r["run"] == run]
+        rows = [dict(r, measured_ratio=float(r["measured_ratio"] or "nan"))
+                for r in read_csv(path, ("run", "measured_ratio"), NOISE_TABLE) if r["run"] == run]
         if not rows:
             raise UserError(f"{table} has no run '{run}'; RBAR in {Path(__file__).name} names a run it does not hold")
         out[key] = typical_ratio(rows)[run][0]
@@ -239,20 +240,18 @@ def grid_curves(path: Path) -> dict[tuple, list[tuple[float, float]]]:
         raise UserError(f"{points.relative_to(ROOT) if points.is_relative_to(ROOT) else points} does not exist; "
                          "lr_transfer writes it beside its table: rerun the lr_transfer command in study/README.md")
     curves: dict[tuple, list] = {}
-    with open(points) as f:
-        for p in csv.DictReader(f):
-            key = p["params"], p["batch_tokens"], p["steps"], p["optimizer"], betas_of(p)
-            curves.setdefault(key, []).append((float(p["lr"]), float(p["mean"])))
+    for p in read_csv(points, ("params", "batch_tokens", "steps", "optimizer", "lr", "mean"), POINTS):
+        key = p["params"], p["batch_tokens"], p["steps"], p["optimizer"], betas_of(p)
+        curves.setdefault(key, []).append((float(p["lr"]), float(p["mean"])))
     return curves
 
 
 def grid_spreads(path: Path) -> dict[tuple, dict[float, tuple[float, int]]]:
     """The seeds behind grid_curves' means: the same keys -> {lr: (standard deviation over seeds, seeds)}."""
     spreads: dict[tuple, dict] = {}
-    with open(path.with_name(path.stem + "_points.csv")) as f:
-        for p in csv.DictReader(f):
-            key = p["params"], p["batch_tokens"], p["steps"], p["optimizer"], betas_of(p)
-            spreads.setdefault(key, {})[float(p["lr"])] = (float(p["std"] or 0), int(p["n"]))
+    for p in read_csv(path.with_name(path.stem + "_points.csv"), ("std", "n"), POINTS):
+        key = p["params"], p["batch_tokens"], p["steps"], p["optimizer"], betas_of(p)
+        spreads.setdefault(key, {})[float(p["lr"])] = (float(p["std"] or 0), int(p["n"]))
     return spreads
 
 
@@ -263,11 +262,7 @@ def settings(root: Path, scans=SCANS, rbar=RBAR, within: float = 0.01) -> list[d
         path = root / table
         if not path.is_file():
             raise UserError(f"{table} does not exist; run the lr_transfer command beside it in study/README.md")
-        with open(path) as f:
-            rows = list(csv.DictReader(f))
-        if rows and not {"params", "batch_tokens", "steps"} <= rows[0].keys():
-            raise UserError(f"{table} is not a table study/lr_transfer.py wrote (no params, batch_tokens and steps "
-                             "columns); pass the OUT.csv of an lr_transfer run")
+        rows = read_csv(path, ("params", "batch_tokens", "steps"), "an lr_transfer table (its OUT.csv)")
         curves, spreads = grid_curves(path), grid_spreads(path)
         references = [r for r in rows if number(r.get("adamw_best_lr")) and betas_of(r) == REFERENCE_BETAS]
         for r in rows:
@@ -317,8 +312,8 @@ def label(s: dict) -> str:
 
 def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="out/lr_ratio", help="the figure, as OUT.png")
-    parser.add_argument("--within", type=float, default=0.01,
+    parser.add_argument("--out", type=cli.place, default=Path("out/lr_ratio"), help="the figure, as OUT.png")
+    parser.add_argument("--within", type=cli.positive, default=0.01,
                         help="nats: AdamW's loss this close to its best counts as level with it (default 0.01)")
     parser.add_argument("--tables", nargs="+", metavar="CSV",
                         help="other lr_transfer tables (each with its _points.csv) instead of the scans listed in SCANS")
@@ -342,8 +337,8 @@ def main(argv=None, root: Path = ROOT, scans=SCANS, rbar=RBAR) -> list[dict]:
         same = f"{s['same_lr']:+.3f}" if math.isfinite(s["same_lr"]) else "—"
         print(f"| {s['varied']} | {label(s)} | {s['ratio']:.2f}{fit} | {s['ratio_grid']:.2f} | {wide} | {rule} | "
               f"{s['gap']:+.3f} ± {s['gap_std']:.3f} | {carry} | {same} | {s['seeds'][0]}, {s['seeds'][1]} |")
-    plot(rows, out_file(root / args.out, ".png"), args.within)
-    plot_tokens(rows, out_file(root / f"{args.out}_tokens", ".png"))
+    plot(rows, out_file(args.out, ".png"), args.within)
+    plot_tokens(rows, out_file(args.out.with_name(args.out.name + "_tokens"), ".png"))
     return rows
 
 
@@ -401,8 +396,7 @@ def plot(rows: list[dict], path: Path, within: float) -> None:
     fig.tight_layout()
     left.legend(handles=handles, title="what the scan varied", fontsize=8, loc="upper center", ncol=4,
                 bbox_to_anchor=(0.5, -0.6 / (height - 1.0)))  # ~0.6 inch below the axes
-    fig.savefig(path, dpi=130, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=130, bbox_inches="tight")
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
@@ -486,8 +480,7 @@ def plot_tokens(rows: list[dict], path: Path) -> None:
                bbox_to_anchor=(0.5, -0.08))
     fig.suptitle("every lr scan at the paper's β (0.9, 0.95), against how many tokens each parameter saw")
     fig.tight_layout()
-    fig.savefig(path, dpi=130, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=130, bbox_inches="tight")
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 

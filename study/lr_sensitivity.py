@@ -26,7 +26,7 @@ import statistics
 from pathlib import Path
 
 import cli
-from scripts import out_file
+from scripts import out_file, save_figure
 from study import lr_ratio, start_lr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def narrower(a: dict, b: dict) -> bool | None:
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="out/lr_sensitivity", help="the figure, as OUT.png")
+    parser.add_argument("--out", type=cli.place, default=Path("out/lr_sensitivity"), help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]
     for s in rows:
@@ -117,7 +117,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
         parts.append(" / ".join(f"{statistics.median(s['sens'][o]['width'] for s in here):.1f}" for o in OPTIMIZERS))
         parts.append(f"{sum(s['sens']['AdamS']['width'] >= 1 for s in here)} of {len(here)}")
         print(f"| {band} | {len(here)} | {' | '.join(parts)} |")
-    plot(rows, out_file(root / args.out, ".png"))
+    plot(rows, out_file(args.out, ".png"))
     return rows
 
 
@@ -151,8 +151,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.legend(*axes[2].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=9)
     fig.suptitle("how much a ×2 miss of the best lr costs, and how wide the optimum is, every scan at β = (0.9, 0.95)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 

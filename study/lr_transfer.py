@@ -28,7 +28,6 @@ there is not measured).
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from pathlib import Path
@@ -36,7 +35,7 @@ from pathlib import Path
 import cli
 import metrics
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, read_csv, save_figure, write_csv, write_text
 from scripts.sweep import final_val_loss
 from study import pack
 
@@ -192,10 +191,9 @@ def table(points: list[dict]) -> list[dict]:
 def noise_by_batch(path: Path) -> dict[int, float]:
     """Median B_simple (whole model, over checkpoints and runs) for each run batch in noise_scale.py's CSV."""
     by_batch: dict[int, list[float]] = {}
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if r["tensor"] == "all":
-                by_batch.setdefault(int(r["run_batch_tokens"]), []).append(float(r["b_simple_tokens"]))
+    for r in read_csv(path, ("tensor", "run_batch_tokens", "b_simple_tokens"), "a noise_scale table (python -m study.noise_scale's OUT.csv)"):
+        if r["tensor"] == "all":
+            by_batch.setdefault(int(r["run_batch_tokens"]), []).append(float(r["b_simple_tokens"]))
     return {b: statistics.median(v) for b, v in by_batch.items()}
 
 
@@ -252,24 +250,20 @@ def main(argv=None):
             row["b_noise_tokens"] = noise[row["batch_tokens"]]
             row["b_over_b_noise"] = row["batch_tokens"] / noise[row["batch_tokens"]]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out.with_name(args.out.name + "_points.csv"), points)
+    write_table(args.out.with_name(args.out.name + "_points.csv"), points)
     if paired:
-        write_csv(args.out.with_name(args.out.name + "_paired.csv"), paired)
-    write_csv(out_file(args.out, ".csv"), rows)
+        write_table(args.out.with_name(args.out.name + "_paired.csv"), paired)
+    write_table(out_file(args.out, ".csv"), rows)
     text = markdown(rows)
-    out_file(args.out, ".md").write_text(text)
+    write_text(out_file(args.out, ".md"), text)
     print(text)
     plot(points, paired, rows, out_file(args.out, ".png"))
     print(f"wrote {args.out}.csv, .md, .png and {args.out.name}_points.csv" + (", _paired.csv" if paired else ""))
     return points, rows
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+def write_table(path: Path, rows: list[dict]) -> None:
+    write_csv(path, rows, list(dict.fromkeys(k for r in rows for k in r)))
 
 
 def plot(points: list[dict], paired: list[dict], rows: list[dict], path: Path) -> None:
@@ -357,8 +351,7 @@ def plot(points: list[dict], paired: list[dict], rows: list[dict], path: Path) -
             below = -0.32 if any(n.startswith("\n") for n in names) else -0.2  # under two-line ticks too
             ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, below))
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ OUT_ratio.csv (predicted R at every --batch_tokens) and OUT.png, and prints a su
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
@@ -53,7 +52,7 @@ import dataset
 from architectures import architecture
 from errors import UserError
 from model import LanguageModel
-from scripts import out_file
+from scripts import out_file, save_figure, write_csv
 
 PROBE = 3  # the batch stream measured here: dataset.py's streams are 0-2, so no run trains on these
 
@@ -358,13 +357,6 @@ def typical_ratio(rows: list[dict], group: str = BODY) -> dict[str, tuple[float,
     return out
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def plot(rows: list[dict], ratio_rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -403,8 +395,7 @@ def plot(rows: list[dict], ratio_rows: list[dict], path: Path) -> None:
                     "+ the gradient's drift (dashed); measured outside the token embeddings (x)")
     right.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import cli
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, save_figure
 from study import lr_ratio, start_lr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def model_name(s: dict) -> str:
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="out/optimum_drift", help="the figure, as OUT.png")
+    parser.add_argument("--out", type=cli.place, default=Path("out/optimum_drift"), help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]
     out = []
@@ -126,7 +126,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
         got = [m["costs"][n] for m in out if math.isfinite(m["costs"][n])]
         parts.append(f"{n}: {sum(v <= start_lr.WITHIN for v in got)} of {len(got)}, worst {max(got):.3f}")
     print(f"\nwithin {start_lr.WITHIN:g} of AdamS's best at the longest run: " + "; ".join(parts))
-    plot(out, out_file(root / args.out, ".png"))
+    plot(out, out_file(args.out, ".png"))
     return out
 
 
@@ -153,8 +153,7 @@ def plot(out: list[dict], path: Path) -> None:
     axes[0].set_ylabel("best lr ÷ the model's geometric mean")
     fig.legend(*axes[1].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 

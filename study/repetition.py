@@ -12,7 +12,6 @@ each lr both ran, which is what the paper's "same hyperparameters" costs at that
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import matplotlib
@@ -22,6 +21,7 @@ import matplotlib.pyplot as plt
 
 import cli
 from errors import UserError
+from scripts import read_csv, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPORA = (("all training files", ROOT / "study/results/lr_transfer/lr_transfer_tiny_points.csv", "-"),
@@ -34,10 +34,9 @@ def grid(path: Path, params: int, steps: int) -> dict[str, dict[float, tuple[flo
     if not path.exists():
         raise UserError(f"{path} is missing; make it with the lr_transfer command in study/report/run_length_and_size.md, 'Repeating the data'")
     out: dict[str, dict[float, tuple[float, float]]] = {}
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if int(r["params"]) == params and int(r["steps"]) == steps:
-                out.setdefault(r["optimizer"], {})[float(r["lr"])] = float(r["mean"]), float(r["std"])
+    for r in read_csv(path, ("params", "steps", "optimizer", "lr", "mean", "std"), "an lr_transfer points table (OUT_points.csv)"):
+        if int(r["params"]) == params and int(r["steps"]) == steps:
+            out.setdefault(r["optimizer"], {})[float(r["lr"])] = float(r["mean"]), float(r["std"])
     if set(out) != set(COLORS):
         raise UserError(f"{path} has no AdamW and AdamS grids at {params:,} parameters and {steps:,} steps")
     return out
@@ -45,9 +44,9 @@ def grid(path: Path, params: int, steps: int) -> dict[str, dict[float, tuple[flo
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", type=int, default=115008)
-    parser.add_argument("--steps", type=int, default=5625)
-    parser.add_argument("--out", type=Path, default=Path("out/repetition.png"))
+    parser.add_argument("--params", type=cli.count, default=115008)
+    parser.add_argument("--steps", type=cli.count, default=5625)
+    parser.add_argument("--out", type=cli.place, default=Path("out/repetition.png"))
     args = parser.parse_args(argv)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     grids = [(label, grid(path, args.params, args.steps), style) for label, path, style in CORPORA]
@@ -71,7 +70,7 @@ def main(argv=None):
     right.set_title("what AdamW's lr costs AdamS")
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
+    save_figure(fig, args.out, dpi=110)
     print(f"wrote {args.out}")
 
 

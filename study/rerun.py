@@ -50,10 +50,10 @@ def compare(first: Path, rerun: Path, seeds: list[Path], start: int = 0) -> dict
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("first", type=Path)
-    parser.add_argument("rerun", type=Path)
-    parser.add_argument("--seeds", type=Path, nargs="+", default=[], help="the same point's runs on other seeds")
-    parser.add_argument("--from", dest="start", type=int, default=0, help="also report the largest difference from this step on")
+    parser.add_argument("first", type=cli.existing)
+    parser.add_argument("rerun", type=cli.existing)
+    parser.add_argument("--seeds", type=cli.existing, nargs="+", default=[], help="the same point's runs on other seeds")
+    parser.add_argument("--from", dest="start", type=cli.natural, default=0, help="also report the largest difference from this step on")
     args = parser.parse_args(argv)
     r = compare(args.first, args.rerun, args.seeds, args.start)
     print(f"{r['evaluations']} shared evaluations (to step {r['last_step']:,}): |difference| mean {r['mean_abs']:.4f}, "

@@ -14,7 +14,6 @@ Only finished runs count; a length with no finished pair at the lr is left out.
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from pathlib import Path
@@ -26,6 +25,7 @@ import matplotlib.pyplot as plt
 
 import cli
 from errors import UserError
+from scripts import save_figure, write_csv
 from scripts.sweep import final_val_loss
 from study import pack
 
@@ -61,9 +61,9 @@ def pairs(root: Path, lr: str) -> list[dict]:
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lr", default="4e-3", help="the lr both optimizers ran, as the run folders spell it")
-    parser.add_argument("--lengths", nargs="+", type=Path, default=LENGTHS,
+    parser.add_argument("--lengths", nargs="+", type=cli.existing, default=LENGTHS,
                         help="one folder per run length, each holding adamw/ and adams/ sweeps")
-    parser.add_argument("--out", type=Path, default=Path("out/run_length"), help="output path without extension")
+    parser.add_argument("--out", type=cli.place, default=Path("out/run_length"), help="output path without extension")
     args = parser.parse_args(argv)
     found = [p for root in args.lengths for p in pairs(root, args.lr)]
     if not found:
@@ -103,11 +103,8 @@ def main(argv=None):
     fig.tight_layout()
     png, table = args.out.with_name(args.out.name + ".png"), args.out.with_name(args.out.name + ".csv")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    with open(table, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    save_figure(fig, png, dpi=110)
+    write_csv(table, rows)
     print(f"wrote {png} and {table}")
 
 

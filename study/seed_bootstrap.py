@@ -20,7 +20,6 @@ than what a new seed can do: read it as a lower bound on the seeds' effect.
 
 from __future__ import annotations
 
-import csv
 import itertools
 import random
 from collections import Counter
@@ -34,7 +33,7 @@ import numpy as np
 
 import cli
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, save_figure, write_csv
 from study import lr_transfer, pack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,9 +77,9 @@ def shared_seeds(runs: list[dict]) -> list[int]:
 
 def main(argv=None) -> list[dict]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="one setting's AdamW and AdamS run folders (packed scans' too)")
-    parser.add_argument("--out", type=Path, default=Path("out/seed_bootstrap"))
-    parser.add_argument("--seed", type=int, default=0, help="for the random draws, where there are too many to list")
+    parser.add_argument("runs", nargs="+", type=cli.text("a run folder"), help="one setting's AdamW and AdamS run folders (packed scans' too)")
+    parser.add_argument("--out", type=cli.place, default=Path("out/seed_bootstrap"))
+    parser.add_argument("--seed", type=cli.seed, default=0, help="for the random draws, where there are too many to list")
     args = parser.parse_args(argv)
 
     runs = [r for r in lr_transfer.read_runs(pack.expand(args.runs)) if r["optimizer"] in lr_transfer.OPTIMIZERS]
@@ -112,10 +111,7 @@ def main(argv=None) -> list[dict]:
               f"{len(rows) - len(ratios):,} left one unbracketed; {int((ratios >= 1).sum()):,} at or above 1")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out_file(args.out, ".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    write_csv(out_file(args.out, ".csv"), [{k: "" if v is None else v for k, v in row.items()} for row in rows])
 
     fig, ax = plt.subplots(figsize=(7, 4))
     if len(ratios):
@@ -139,7 +135,7 @@ def main(argv=None) -> list[dict]:
                  "the ratio over resampled seeds")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_file(args.out, ".png"), dpi=130)
+    save_figure(fig, out_file(args.out, ".png"), dpi=130)
     print(f"wrote {out_file(args.out, '.csv')} and {out_file(args.out, '.png')}")
     return rows
 

@@ -13,13 +13,13 @@ model at 200 tokens per parameter) a scan gets two more seeds before it is read.
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from pathlib import Path
 
 import cli
 from errors import UserError
+from scripts import read_csv
 
 NOISY = 0.03  # nats
 BEST = 3  # grid points
@@ -42,16 +42,15 @@ def read(table: Path) -> dict[tuple, list[tuple[float, float, int]]]:
         raise UserError(f"{points} does not exist; lr_transfer writes it beside {table.name}: "
                          "rerun the lr_transfer command that wrote the table")
     grids: dict[tuple, list] = {}
-    with open(points, newline="") as f:
-        for row in csv.DictReader(f):
-            key = row["params"], row["batch_tokens"], row["steps"], row["betas"], row["optimizer"]
-            grids.setdefault(key, []).append((float(row["mean"]), float(row["std"]), int(row["n"])))
+    for row in read_csv(points, ("params", "batch_tokens", "steps", "betas", "optimizer", "mean", "std", "n"), "an lr_transfer points table (OUT_points.csv)"):
+        key = row["params"], row["batch_tokens"], row["steps"], row["betas"], row["optimizer"]
+        grids.setdefault(key, []).append((float(row["mean"]), float(row["std"]), int(row["n"])))
     return grids
 
 
 def main(argv=None) -> list[dict]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("tables", nargs="+", type=Path, metavar="CSV", help="lr_transfer tables (OUT.csv)")
+    parser.add_argument("tables", nargs="+", type=cli.file, metavar="CSV", help="lr_transfer tables (OUT.csv)")
     args = parser.parse_args(argv)
     rows = []
     for table in args.tables:

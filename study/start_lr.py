@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 
 import cli
-from scripts import out_file
+from scripts import out_file, save_figure
 from study import lr_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def band_name(lo: float, hi: float) -> str:
 
 def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR) -> list[dict]:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="out/start_lr", help="the figure, as OUT.png")
+    parser.add_argument("--out", type=cli.place, default=Path("out/start_lr"), help="the figure, as OUT.png")
     args = parser.parse_args(argv)
     rows = [s for s in lr_ratio.settings(root, scans, rbar) if s["betas"] == lr_ratio.REFERENCE_BETAS]
     for s in rows:
@@ -119,7 +119,7 @@ def main(argv=None, root: Path = ROOT, scans=lr_ratio.SCANS, rbar=lr_ratio.RBAR)
             got = sorted(s["costs"][n] + s["gap"] for s in here if math.isfinite(s["costs"][n]))
             parts.append("—" if not got else f"{got[0]:+.3f}" if len(got) == 1 else f"{got[0]:+.3f} to {got[-1]:+.3f}")
         print(f"| {band} | {len(here)} | {' | '.join(parts)} |")
-    plot(rows, out_file(root / args.out, ".png"))
+    plot(rows, out_file(args.out, ".png"))
     return rows
 
 
@@ -173,8 +173,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(title="AdamS started at", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
     print(f"\nwrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 

@@ -17,14 +17,13 @@ Writes OUT.csv, OUT.md and OUT.png (loss against the AdamW-equivalent lr, a pane
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from pathlib import Path
 
 import cli
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, save_figure, write_csv, write_text
 from scripts.plot_curves import load_run
 from study import pack
 
@@ -137,8 +136,7 @@ def plot(curves: dict, rows: list[dict], steps: list[int], rbar: float, path: Pa
         ax.legend(fontsize="small")
     fig.suptitle("AdamS and AdamW at equal step length")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save_figure(fig, path, dpi=130)
 
 
 def main(argv=None):
@@ -161,12 +159,9 @@ def main(argv=None):
 
     rows = step_matched(curves, args.rbar, steps)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out_file(args.out, ".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out_file(args.out, ".csv"), rows)
     text = markdown(rows, steps, args.rbar)
-    out_file(args.out, ".md").write_text(text)
+    write_text(out_file(args.out, ".md"), text)
     plot(curves, rows, steps, args.rbar, out_file(args.out, ".png"))
     print(text)
     print(f"wrote {args.out}.csv, .md and .png")

@@ -20,7 +20,6 @@ the kind that results/ draws between two runs of one seed.
 
 from __future__ import annotations
 
-import csv
 import statistics
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import checkpoint
 import cli
 import dataset
 from errors import UserError
-from scripts import out_file
+from scripts import out_file, save_figure, write_csv
 from study.noise_scale import load_checkpoint_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,10 +112,10 @@ def measure(path: Path, seeds: list[int], data_dir: str | None = None) -> list[d
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = cli.Parser(description=__doc__)
-    parser.add_argument("paths", nargs="+", type=Path, help="train.py run folders (their newest checkpoint) or checkpoint files")
+    parser.add_argument("paths", nargs="+", type=cli.existing, help="train.py run folders (their newest checkpoint) or checkpoint files")
     parser.add_argument("--seeds", default="1-20", help="the seeds whose validation windows to score (default 1-20)")
-    parser.add_argument("--data_dir", default=None, help="where the dataset is, if not where the run trained")
-    parser.add_argument("--out", default="out/val_windows", help="OUT.csv and OUT.png")
+    parser.add_argument("--data_dir", type=cli.folder, default=None, help="where the dataset is, if not where the run trained")
+    parser.add_argument("--out", type=cli.place, default=Path("out/val_windows"), help="OUT.csv and OUT.png")
     args = parser.parse_args(argv)
     seeds = seed_list(args.seeds)
     if len(seeds) < 2:
@@ -139,10 +138,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out_file(out, ".csv"), out_file(out, ".png")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(csv_path, rows)
     plot(rows, seeds, png_path)
     print(f"wrote {csv_path} and {png_path}")
     return rows
@@ -166,8 +162,7 @@ def plot(rows: list[dict], seeds: list[int], path: Path) -> None:
     ax.set_title("one model, each seed's validation windows", fontsize=10)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
 
 
 if __name__ == "__main__":

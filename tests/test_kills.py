@@ -195,3 +195,29 @@ def test_a_killed_export_or_token_conversion_leaves_nothing_half_written(moment,
     assert len(read_tokens(tmp_path / "tokens.bin")[0]) == 20_000_000
     then(command("-m", "tokens", "from-nanogpt", nanogpt, tmp_path / "tokens.bin", "--overwrite"))
     assert no_leftovers(tmp_path) == []
+
+
+def test_a_figure_or_table_is_written_whole_under_its_lock_and_never_over_a_runs_file(data_dir, tmp_path):
+    """scripts.write_csv / save_figure / write_json all pass through folders.write_output."""
+    from errors import UserError
+    from scripts import write_csv
+
+    out = tmp_path / "table.csv"
+    lock = folders.Lock(out, "another")
+    lock.acquire("--out")
+    try:
+        with pytest.raises(UserError, match=r"table.csv is in use by another command \(another, process"):
+            write_csv(out, [{"a": 1}])
+        assert not out.exists()
+    finally:
+        lock.release()
+    write_csv(out, [{"a": 1}, {"a": 2}])
+    assert out.read_bytes() == b"a\r\n1\r\n2\r\n" and not list(tmp_path.glob(".*"))  # no lock or temporary left
+    run = tmp_path / "run"
+    import train
+
+    train.main(tiny_config(data_dir, run, max_iters=2, eval_interval=2))
+    before = (run / "config.json").read_bytes()
+    with pytest.raises(UserError, match="config.json belongs to a train.py run"):
+        write_csv(run / "config.json", [{"a": 1}])
+    assert (run / "config.json").read_bytes() == before

@@ -85,3 +85,14 @@ def test_nothing_edits_sys_path():
              and isinstance(n.value, ast.Attribute) and n.value.attr == "path"
              and isinstance(n.value.value, ast.Name) and n.value.value.id == "sys"]
     assert not edits, "sys.path edits (install the project instead: pip install -e .):\n" + "\n".join(edits)
+
+
+def test_every_top_level_module_is_installed():
+    """pyproject's py-modules names every product module at the top level (conftest.py is pytest's), so an
+    installed checkout imports each of them from anywhere; a module left out works only from the root."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"])
+    present = {p.stem for p in REPO.glob("*.py")} - {"conftest"}
+    assert present - listed == set(), "add these to [tool.setuptools] py-modules in pyproject.toml"
+    assert listed - present == set(), "py-modules names files that do not exist"

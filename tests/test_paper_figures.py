@@ -53,6 +53,24 @@ def test_update_alignment_heatmaps(data_dir, tmp_path):
     assert out.with_suffix(".png").exists() and out.with_suffix(".csv").exists()
 
 
+def test_update_alignment_trains_with_the_papers_groups_and_clipping(data_dir, tmp_path, capsys):
+    # a clip far below the gradient's norm, so every step is clipped, and a decay large enough that decaying a
+    # norm's weight (which nanoGPT's groups do not) would move it by far more than the check's tolerance
+    def run(clip: str):
+        return update_alignment.main(["--dataset", "tiny", "--data_dir", str(data_dir), "--n_layer", "1", "--n_head", "2",
+                                      "--n_embd", "32", "--block_size", "32", "--batch_size", "4", "--steps", "4",
+                                      "--every", "2", "--groups", "nanogpt", "--grad_clip", clip, "--weight_decay", "0.5",
+                                      "--out", str(tmp_path / "a")])
+
+    # (the script itself fails if its AdamW update, with each tensor's own decay, differs from torch's AdamW step)
+    # step 1: g/(|g| + eps) against g/(sqrt(1 - beta2)|g| + eps), equal up to eps; clipped to a norm of 1e-4 the
+    # gradients are small enough for eps to tell them apart, so the statistics saw the clipped gradient
+    assert run("0")["cos_adams"][:, 0] == pytest.approx(1.0, abs=1e-3)
+    grids = run("1e-4")
+    assert grids["cos_adams"][:, 0].min() < 0.99
+    assert (tmp_path / "a.csv").read_text().count("\n") == 1 + 3 * len(grids["cos_adams"])  # steps 1, 2 and 4
+
+
 def test_update_alignment_paper_recipe_is_section_4_1_as_the_authors_ran_it():
     # typed from the paper (GPT-2 Small, lr 6e-4, 480 x 1,024 tokens, warmup 2,000, cosine to 0.1x) and the
     # authors' code (12 x 12 micro-batches x 40, bias=False, the cosine over 600K iterations), not from the script
@@ -61,6 +79,7 @@ def test_update_alignment_paper_recipe_is_section_4_1_as_the_authors_ran_it():
     assert args.batch_size * args.accum == 480 and (args.batch_size, args.accum) == (12, 40)
     assert (args.lr, args.warmup, args.decay_iters, args.min_lr) == (6e-4, 2000, 600_000, 6e-5)
     assert ((args.beta1, args.beta2), args.weight_decay, args.dataset, args.steps) == ((0.9, 0.95), 0.1, "openwebtext", 100_000)
+    assert (args.grad_clip, args.groups) == (1.0, "nanogpt")  # the paper clips at 1.0; nanoGPT decays matrices only
     assert update_alignment.parse_args(["--recipe", "paper", "--steps", "50"]).steps == 50  # the command line wins
     # the schedule: linear warmup, then the cosine; constant with decay_iters 0 (worked by hand)
     assert update_alignment.get_lr(1, 6e-4, 2000, 600_000, 6e-5) == pytest.approx(6e-4 / 2001)

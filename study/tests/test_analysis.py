@@ -16,7 +16,8 @@ from study.tests.helpers import fake_run, write_noise_csv
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
+def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # --out's default is relative to where the command runs
     # study/beta2_lr.py on a made-up repo: AdamW best 4e-3 (exact parabola), AdamS at beta2
     # 0.95 (best 1e-3) and 0.99 (best 5e-4); R-bar of the body 4 (geometric mean of 2 and 8) and 5. AdamS
     # at beta1 0.95 (best 2.5e-4) is kept apart and gets no R-bar: the probe's momentum is beta1 0.9
@@ -57,7 +58,8 @@ def test_beta2_lr_divides_adamws_best_by_each_beta2s_rbar(tmp_path, capsys):
     assert (tmp_path / "out/beta2_lr.png").stat().st_size > 0  # the default: under out/, never into results/
 
 
-def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_ratio):
+def test_lr_ratio_pairs_each_adams_optimum_with_adamws(tmp_path, capsys, lr_ratio, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # --out's default is relative to where the command runs
     # study/lr_ratio.py over parabola_scans: ratios 1/4 and 1/8 from the fits, gap 2.115 - 2.03
     # with the two seed stds in quadrature
     scans, rbar = parabola_scans(tmp_path)
@@ -251,7 +253,8 @@ def test_lr_ratio_low_edge_is_the_lowest_lr_within_reach_of_the_best(lr_ratio):
     assert low_edge([(1e-3, 3.0), (4e-3, 1.0)], 1.0) == pytest.approx(2e-3)
 
 
-def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, lr_ratio):
+def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, lr_ratio, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     # loss = log2(lr / best)^2 + c: AdamW's best 4e-3 (c = 2), AdamS's 1e-3 (c = 1). In the lrs both grids
     # span, 1e-3 to 2e-3, AdamS is ahead (1 against 6, 2 against 3), so AdamW's lr carries over at least
     # to 2e-3: 0.5x AdamW's best and 2x AdamS's, with no loss at a crossing to report
@@ -272,7 +275,7 @@ def test_lr_ratio_prints_a_bound_where_the_grids_do_not_cross(tmp_path, capsys, 
     assert "| t | 0.001M, 10 steps × 2,048 tok | 0.25 |" in capsys.readouterr().out
     assert (tmp_path / "named.png").is_file()
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
-    with pytest.raises(UserError, match="other.csv is not a table study/lr_transfer.py wrote"):
+    with pytest.raises(UserError, match="other.csv has no params, batch_tokens, steps columns: it is not an lr_transfer table"):
         lr_ratio.main(["--tables", str(tmp_path / "other.csv"), "--out", str(tmp_path / "nothing")], rbar=())
     assert not (tmp_path / "nothing.png").exists()
 
@@ -593,7 +596,7 @@ def test_crossing_fit_recovers_an_exact_power_law_and_solves_for_crossing_one(mo
     assert "1M parameters: the fit puts crossing 1 at 64 tokens per parameter (64-64 at ± 1 sd; an extrapolation" in out
     assert "left out, the curves not crossing where both grids ran: 33K at 256 tokens per parameter (< 0.20)" in out
     assert out.count("\n| ") == 2 + 9 + 2 + 3 and (tmp_path / "fit.png").stat().st_size > 0
-    with pytest.raises(UserError, match="positive number"):
+    with pytest.raises(UserError, match="--params"):
         crossing_fit.main(["--out", str(tmp_path / "fit"), "--params", "-1"])
     # --of ratio fits AdamS's best lr over AdamW's instead: here a quarter of the law everywhere (the bound row
     # has a ratio too), so the same slopes, a 2 lower, and ratio 1 at 2^(2 / 0.5) = 16x the run
