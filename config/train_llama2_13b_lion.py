@@ -1,5 +1,5 @@
-"""Llama 2 13B on C4 with Lion (0.1x lr, 10x weight decay, beta (0.95, 0.98)): the AdamS paper's appendix
-(AdamW's peak lr 1e-4 there, Adam-mini's 13B setting).
+"""Llama 2 13B on C4 with Lion (0.1x lr, 10x weight decay, beta (0.95, 0.98)): an addition to the AdamS paper's
+appendix run (it trained 13B with AdamW and AdamS only; AdamW's peak lr 1e-4, Adam-mini's 13B setting).
 
 2 sequences per GPU x 1 micro-steps x 8 GPUs = 16 sequences x 2,048 tokens = 32,768 tokens per step;
 30,000 steps. Memory per GPU, estimated (config/recipes.py): 23 GiB of 80.

@@ -73,12 +73,41 @@ def test_kernel_cycles_times_each_kernel_and_refuses_a_bad_revision(capsys):
 
 
 def test_bench_memory_state_bytes_on_cpu(tmp_path):
-    result = bench_memory.main(["--small", "--sizes", "small", "--block-size", "32", "--global-batch", "4",
+    result = bench_memory.main(["--small", "--block-size", "32", "--global-batch", "4",
                                 "--json", str(tmp_path / "m.json")])
     per_param = {r["optimizer"]: r["state_bytes_per_param"] for r in result["rows"]}
     assert per_param == {"adamw": 8.0, "adams": 4.0}  # fp32: AdamW keeps m and v, AdamS only m
     assert all(r["seconds_per_iter"] > 0 and r["accumulation"] == 4 for r in result["rows"])
     assert json.loads((tmp_path / "m.json").read_text())["rows"][0]["peak_bytes"] is None  # CPU: not measured
+
+
+def test_bench_memory_on_a_cpu_says_each_stage_as_it_starts_and_ends_in_a_table(capsys):
+    # fp16 with loss scaling, the paper's precision: the GradScaler path runs on a CPU too
+    result = bench_memory.main(["--small", "--block-size", "16", "--precision", "fp16", "--optimizers", "adams"])
+    assert (result["precision"], result["compiled"], result["global_batch"]) == ("fp16", False, 1)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "stand-in (2 x 128) x adams on 1 CPU process: fp16, eager, 1 sequence of 16 tokens an iteration"
+    assert lines[1].startswith("stand-in (2 x 128), adams: one iteration of 1 sequence")
+    header, row = lines[-2:]
+    assert header.split() == ["size", "optimizer", "state", "GB", "B/param", "peak", "GB", "max", "micro", "s/iter"]
+    assert row.startswith("stand-in (2 x 128)  adams ") and row.split()[-4:-1] == ["4.0", "-", "-"]
+    assert len(header) == len(row)  # aligned: every column right-justified to the widest cell
+    with pytest.raises(UserError, match="--small measures one 2-layer stand-in"):
+        bench_memory.main(["--small", "--sizes", "xl"])
+
+
+def test_bench_memory_prints_its_first_line_before_the_first_iteration():
+    # GPT-2 Small on a CPU takes ~10 s an iteration here: the first line must come well before one ends
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.bench_memory", "--device", "cpu"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first = proc.stdout.readline()
+        second = proc.stdout.readline()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert first.startswith("small x adamw, adams on 1 CPU process: fp32, eager, 1 sequence of 1024 tokens")
+    assert second.startswith("small, adamw: one iteration of 1 sequence") and proc.returncode != 0  # still running
 
 
 def test_bench_memory_splits_a_global_batch_into_micro_batches_of_the_largest_size():
@@ -89,7 +118,7 @@ def test_bench_memory_splits_a_global_batch_into_micro_batches_of_the_largest_si
 def test_bench_memory_under_torchrun_gives_each_rank_its_share_of_the_batch(tmp_path):
     # the paper's Table 1 runs DDP over 8 GPUs; here 2 CPU processes (gloo) share 4 sequences, 2 each
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             "-m", "scripts.bench_memory", "--small", "--sizes", "small", "--block-size", "32",
+                             "-m", "scripts.bench_memory", "--small", "--block-size", "32",
                              "--global-batch", "4", "--device", "cpu", "--json", str(tmp_path / "t.json")],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -97,7 +126,7 @@ def test_bench_memory_under_torchrun_gives_each_rank_its_share_of_the_batch(tmp_
     assert table["world_size"] == 2 and table["command"].startswith("torchrun --nproc_per_node=2 -m scripts.bench_memory")
     assert {r["optimizer"]: (r["accumulation"], r["state_bytes_per_param"]) for r in table["rows"]} == \
         {"adamw": (2, 8.0), "adams": (2, 4.0)}
-    assert bench_memory.main(["--small", "--sizes", "small", "--block-size", "32", "--global-batch", "4"])["world_size"] == 1
+    assert bench_memory.main(["--small", "--block-size", "32", "--global-batch", "4"])["world_size"] == 1
 
 
 def test_bench_train_runs_train_py_and_reads_its_metrics(tmp_path):

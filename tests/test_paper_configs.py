@@ -145,3 +145,29 @@ def test_fsdp_memory_saving_on_four_gpus_is_one_state_tensor_per_parameter():
     shares = [1 - llama2_memory_gib("7b", "adams", 4, b)["total"] / llama2_memory_gib("7b", "adamw", 4, b)["total"]
               for b in (1, 2, 4)]
     assert [round(x, 2) for x in shares] == [0.22, 0.20, 0.17]
+
+
+def test_llama2_memory_estimate_matches_a_hand_count():
+    # Llama 2 7B, AdamW, FSDP over 4 GPUs, one 4,096-token sequence a micro-step, counted by hand in bytes:
+    #   sharded: (4 + 4 + 8) x 6,738,415,616 / 4          = 26,953,662,464
+    #   gathered: 2 blocks x 2 bytes x 6,738,415,616 / 32 =    842,301,952
+    #   activations: 4,096 x 4,096 x (32 x 2 + 34)        =  1,644,167,168
+    #   logits: 3 x 4 bytes x 4,096 x 32,000              =  1,572,864,000
+    #   total                                             = 31,012,995,584 = 28.8831 GiB
+    from config.recipes import llama2_memory_gib
+
+    m = llama2_memory_gib("7b", "adamw", gpus=4, batch_size=1)
+    gib = 1024**3
+    assert (m["sharded"], m["gathered"]) == (pytest.approx(26_953_662_464 / gib), pytest.approx(842_301_952 / gib))
+    assert (m["activations"], m["logits"]) == (pytest.approx(1_644_167_168 / gib), pytest.approx(1_572_864_000 / gib))
+    assert m["total"] == pytest.approx(31_012_995_584 / gib)
+    # left out, at their high ends: 1 GiB context, 1.5 GiB buffers, two blocks' fp32 gradients
+    # (2 x 4 x 210,575,488 = 1,684,603,904 B), embedding and head with gradients (2 x 32,000 x 4,096 x 6 =
+    # 1,572,864,000 B), one fp32 copy of the shard (6,738,415,616 B), then 15% slack
+    high = (31_012_995_584 + 1_684_603_904 + 1_572_864_000 + 6_738_415_616) / gib + 2.5
+    assert m["high"] == pytest.approx(1.15 * high)
+    # AdamS's share of the saving: 6,738,415,616 B of state less; with the high ends the share falls from
+    # 22% to 15% (the README's range); slack scales the saving by 1.15 too
+    adams = llama2_memory_gib("7b", "adams", gpus=4, batch_size=1)
+    assert 1 - adams["high"] / m["high"] == pytest.approx(1.15 * 6_738_415_616 / gib / (1.15 * high))
+    assert round(1 - adams["high"] / m["high"], 3) == 0.154
