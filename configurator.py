@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import os
 import re
 import runpy
 import types
@@ -105,6 +106,8 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model (worth it on GPUs, slow to start on CPUs)
     fsdp: bool = False  # shard parameters, gradients and optimizer state across ranks (FSDP2's fully_shard)
     seed: Seed = 1337  # model init and every batch derive from it
+    allow_new_data: bool = False  # resume even though the dataset's token files changed since the run began (said)
+    smoke: bool = False  # shrink any config to a CPU run of a minute or two (SMOKE); keys on the command line still win
 
 
 def documented_fields() -> list[tuple[str, str, str]]:
@@ -217,7 +220,31 @@ def load_explicit(argv: list[str]) -> tuple[TrainConfig, set[str]]:
     for path in given.pop("configs"):
         values.update(read_config_file(path))
     values.update(given)
+    if values.get("smoke"):
+        values = smoke(values, keep=set(given))
     return TrainConfig(**values), set(values)
+
+
+# --smoke=True: any config (a paper run included) scaled down together, so it finishes in a minute or two on a
+# laptop's CPU: a 2-layer model on the embedded corpus, a short schedule with its warmup inside, a few
+# evaluations. The optimizer and its hyperparameters stay as configured; what the command line sets wins.
+SMOKE = dict(dataset="pystdlib", data_dir="data", n_layer=2, n_head=2, n_embd=64, block_size=64, batch_size=8,
+             gradient_accumulation_steps=1, max_iters=60, warmup_iters=6, lr_decay_iters=60, eval_interval=20,
+             eval_iters=5, log_interval=10, sample_tokens=100, device="cpu", dtype="float32", compile=False,
+             fsdp=False, activation_checkpointing=False, wandb_log=False)
+
+
+def smoke(values: dict, keep: set[str]) -> dict:
+    """``values`` shrunk by SMOKE, except the keys in ``keep``; out_dir gains a ``_smoke`` suffix so a smoke
+    run never lands in a real run's folder. Prints what it changed (rank 0)."""
+    defaults = TrainConfig()
+    changes = {k: v for k, v in SMOKE.items() if k not in keep and values.get(k, getattr(defaults, k)) != v}
+    if "out_dir" not in keep:
+        changes["out_dir"] = f"{values.get('out_dir', defaults.out_dir).rstrip('/')}_smoke"
+    if os.environ.get("RANK", "0") == "0":
+        said = ", ".join(f"{k}={v}" for k, v in changes.items())
+        print(f"smoke run: {said or 'nothing to shrink'} (the command line's keys kept)", flush=True)
+    return {**values, **changes}
 
 
 # What a resumed run takes from the run itself and may not change: the model, what it trains on, how its
@@ -225,7 +252,7 @@ def load_explicit(argv: list[str]) -> tuple[TrainConfig, set[str]]:
 FIXED_ON_RESUME = ("model", "n_layer", "n_head", "n_embd", "block_size", "bias", "optimizer", "dataset",
                    "embedding_lr_scale")
 # Not taken from the run: where it is, how this invocation treats it, and the machine it runs on.
-PER_INVOCATION = ("out_dir", "init_from", "overwrite", "eval_only", "device", "backend")
+PER_INVOCATION = ("out_dir", "init_from", "overwrite", "eval_only", "device", "backend", "allow_new_data")
 
 
 def resumed(saved: dict, cfg: TrainConfig, explicit: set[str], where: str) -> tuple[TrainConfig, dict]:

@@ -54,7 +54,43 @@ def load(data_dir: str, dataset: str, block_size: int) -> dict:
         raise UserError(f"train.bin and val.bin in {folder} have different vocabularies {sorted(vocabs)}; "
                         "regenerate them")
     data["vocab_size"] = vocabs.pop()
+    data["fingerprint"] = {split: fingerprint(folder / f"{split}.bin") for split in ("train", "val")}
     return data
+
+
+SAMPLES, SAMPLE_BYTES = 16, 1 << 16
+
+
+def fingerprint(path: Path) -> dict:
+    """A token file's size and a SHA-256 of 16 evenly spaced 64 KiB pieces of it (the whole file when that is
+    smaller): at most 1 MiB read, however large the file, and a re-prepared or converted file differs."""
+    import hashlib
+
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        if size <= SAMPLES * SAMPLE_BYTES:
+            digest.update(f.read())
+        else:
+            for k in range(SAMPLES):
+                f.seek((size - SAMPLE_BYTES) * k // (SAMPLES - 1))
+                digest.update(f.read(SAMPLE_BYTES))
+    return dict(bytes=size, sha256_sampled=digest.hexdigest())
+
+
+def check_unchanged(saved: dict | None, now: dict, folder: str, allow: bool) -> str | None:
+    """Refuse to resume a run on token files other than those it began on (``saved``, from its checkpoint),
+    unless ``allow``; then return the line that says so. Runs from before fingerprints pass."""
+    changed = [split for split in now if saved and split in saved and saved[split] != now[split]]
+    if not changed:
+        return None
+    what = " and ".join(f"{split}.bin (" + (f"{saved[split]['bytes']:,} bytes then, {now[split]['bytes']:,} now)"
+                                             if saved[split]["bytes"] != now[split]["bytes"] else "same size, other content)")
+                        for split in changed)
+    if not allow:
+        raise UserError(f"the run was trained on other data: {what} in {folder} changed since it began, so it would "
+                        "not continue as it started. Restore the data, start a new run, or pass --allow_new_data=True")
+    return f"resuming on changed data (--allow_new_data=True): {what}"
 
 
 def model_vocab(data_vocab: int) -> int:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -171,6 +172,10 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
     if device.type == "cpu":
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
     data = dataset.load(cfg.data_dir, cfg.dataset, cfg.block_size)
+    said = resume and not cfg.eval_only and dataset.check_unchanged(  # (an evaluation may take any data)
+        resume.get("data"), data["fingerprint"], f"{cfg.data_dir}/{cfg.dataset}", cfg.allow_new_data)
+    if said and main_rank:
+        print(f"warning: {said}")
     check_memory(cfg, data["vocab_size"], device)
     raw_model, model, autocast, optimizer, scaler, dtype = build(cfg, dist_, data["vocab_size"], resume)
     writes = main_rank and not cfg.eval_only  # an evaluation changes nothing in out_dir
@@ -183,9 +188,11 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
             print(f"resuming from iteration {progress.iter} ({checkpoint.latest(out_dir)})")
     source = resume["model_source"] if resume else "scratch" if cfg.init_from in ("scratch", "auto") else cfg.init_from
     meta = dict(config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(), data_vocab=data["vocab_size"],
-                model_type=resume.get("model_type", "gpt2") if resume else cfg.model, model_source=source)
+                model_type=resume.get("model_type", "gpt2") if resume else cfg.model, model_source=source,
+                data=data["fingerprint"])
     resume = None  # free it
     derived = describe(cfg, meta["config"], raw_model, dist_, dtype) if main_rank else {}
+    derived["data"] = data["fingerprint"]  # (the checkpoints hold it too: a resume on other data is refused)
     derived["checkpoints_in_log"] = True  # metrics.jsonl has a 'checkpoint' line for each (folders.py reads them)
 
     def commit() -> None:  # the run is under way: it takes its folder (a resumed run has it already)
@@ -218,7 +225,7 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
         return dict(val_loss=losses["val"], eval_train_loss=losses["train"], iter=it)
 
     for line in reporting.warnings(cfg, len(data["train"]), tokens_per_iter, progress.iter) if main_rank else []:
-        print(f"note: {line}")
+        print(f"warning: {line}")
     report = reporting.Report(cfg, log, raw_model, peak_flops(device), progress, tokens_per_iter, main_rank)
     consecutive_skips = 0
     params = [p for p in raw_model.parameters() if p.requires_grad]
@@ -361,7 +368,8 @@ def sample(model: LanguageModel, device: torch.device, seed: int, vocab_size: in
 
 def cli(argv: list[str]) -> int:
     """The command line: the run, or one ``error:`` line (under torchrun, from rank 0 alone) and a non-zero exit."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # what the optimizer and its groups say, once: from rank 0 under torchrun (the others warn only)
+    logging.basicConfig(level=logging.INFO if os.environ.get("RANK", "0") == "0" else logging.WARNING, format="%(message)s")
     cfg = None
 
     def run():

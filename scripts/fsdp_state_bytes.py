@@ -3,6 +3,7 @@
     torchrun --standalone --nproc_per_node=2 -m scripts.fsdp_state_bytes --size small
     torchrun --standalone --nproc_per_node=8 -m scripts.fsdp_state_bytes --size xl --device cuda
     torchrun --standalone --nproc_per_node=8 -m scripts.fsdp_state_bytes --size 7b --device meta   # Llama 2, no memory
+    python -m scripts.fsdp_state_bytes --size tiny                                                 # one process: one shard
 
 Builds GPT-2 (or Llama 2, for --size 7b / 13b) at ``--size``, shards it with fully_shard as
 train.py does, gives every parameter a gradient, takes one step with each optimizer, and counts
@@ -14,6 +15,9 @@ statistics between ranks, cannot run there and is left out. Prints a table; --js
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import torch
 import torch.distributed as dist
 from adams_optim import build_optimizer
@@ -23,6 +27,7 @@ from torch.distributed.tensor import DTensor
 
 import cli
 import data_parallel
+from errors import UserError
 from model import GPT, SIZES, GPTConfig
 from model_llama import SIZES as LLAMA_SIZES
 from model_llama import Llama, LlamaConfig
@@ -47,7 +52,14 @@ def main(argv=None):
     parser.add_argument("--json", type=cli.place)
     args = parser.parse_args(argv)
 
-    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but no CUDA GPU is visible; pass --device cpu or meta")
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    if "RANK" in os.environ:  # launched by torchrun
+        dist.init_process_group(backend)
+    else:  # one process: a group of one (every tensor whole), so the command also runs without torchrun
+        with tempfile.NamedTemporaryFile(prefix="fsdp_state_bytes_") as f:
+            dist.init_process_group(backend, init_method=f"file://{f.name}", rank=0, world_size=1)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(args.device, rank % torch.cuda.device_count()) if args.device == "cuda" else torch.device(args.device)
     mesh = init_device_mesh("cuda" if args.device == "cuda" else "cpu", (world,))

@@ -14,16 +14,23 @@ paper's Figure 5 (TinyZero's R1-Zero replication), at CPU scale or at the paper'
         --out out/grpo_tinyzero_qwen3b
 
 ``--preset cpu`` (the default) is a small-scale run for a CPU. ``--preset tinyzero``
-is TinyZero's scripts/train_tiny_zero.sh (Pan et al., 2025) with veRL's GRPO settings, which the
-paper kept ("all other hyperparameters maintained as in the original project"): AdamW lr 1e-6,
-β (0.9, 0.999), weight decay 0.01 (veRL's AdamW defaults); 256 prompts a rollout, 5 completions
-each (veRL's GRPO group, rollout.n), 4 optimizer steps of 64 prompts per rollout
-(ppo_mini_batch_size), one pass (ppo_epochs 1), clip 0.2, gradient clip 1.0; the KL to the
-starting policy as a loss term at 0.001 (the low-variance k3 estimator, as TRL's); responses of up
-to 1,024 tokens sampled at temperature 1; a constant lr; TinyZero's prompt for base models; 15
-epochs of the training problems; the test set scored every 100 rollouts (400 steps). Left as TRL
-has them: the loss is TRL's token mean per micro-batch (``bnpo``, veRL's masked mean) and
-TinyZero's entropy bonus (0.001) has no TRL counterpart. On CUDA the policy trains in bf16
+is TinyZero's Countdown setup (Pan et al., 2025: its problems, prompt and reward, and from its
+scripts/train_tiny_zero.sh the batch, lengths and lr) trained with GRPO as the veRL GRPO examples
+shipped inside TinyZero set it (examples/grpo_trainer/*.sh: TinyZero's own script runs PPO, with a
+critic), which the paper kept ("all other hyperparameters maintained as in the original project"):
+AdamW lr 1e-6, β (0.9, 0.999), weight decay 0.01 (veRL's AdamW defaults); 256 prompts a rollout,
+5 completions each (rollout.n), 4 optimizer steps of 64 prompts per rollout (ppo_mini_batch_size),
+one pass (ppo_epochs 1), clip 0.2, gradient clip 1.0; the KL to the starting policy as a loss term
+at 0.001 (use_kl_loss, the low-variance k3 estimator, as TRL's); responses of up to 1,024 tokens
+sampled at temperature 1; a constant lr; TinyZero's prompt for base models; 15 epochs of the
+training problems; the test set scored every 100 rollouts (400 steps). The batch is the preset's at
+any process count that divides it (each process takes its share; run.json records
+prompts_per_rollout, prompts_per_step, steps_per_rollout and epochs). Left as TRL has them: the
+loss is TRL's token mean per micro-batch (``bnpo``, veRL's masked mean); TinyZero's entropy bonus
+(0.001) has no TRL counterpart; and the KL term's sign. TRL adds β·KL to the loss, the penalty
+GRPO defines (Shao et al., 2024: the objective subtracts it); the veRL inside TinyZero subtracts it
+(verl/workers/actor/dp_actor.py: ``policy_loss - kl_loss * kl_loss_coef``), which rewards moving
+away from the starting policy. We keep the defined penalty; at β = 0.001 either is a small term. On CUDA the policy trains in bf16
 autocast with fp32 weights and optimizer state, with gradient checkpointing, and vLLM generates
 (colocated, 40% of the GPU, TinyZero's share) where it is installed. An 8B policy with AdamW's
 fp32 state needs about 128 GB before activations: more than one GPU holds (the paper ran it on
@@ -41,8 +48,9 @@ optimizer does). Each is built by us inside the trainer, at a constant learning 
 GRPO (Shao et al., 2024): for every prompt, ``--generations`` completions are sampled; each
 completion's advantage is its reward minus the group's mean, over the group's standard
 deviation; the loss is the clipped policy-gradient surrogate averaged per sequence (TRL's
-``loss_type="grpo"``), no KL term by default (``--beta``). The reward is TinyZero's
-(data/countdown/task.py: 1 right, 0.1 well-formed, 0 none). Every ``--eval-every`` steps, and
+``loss_type="grpo"``), no KL term by default (``--beta``). The reward is TinyZero's rule
+(data/countdown/task.py: 1 right, 0.1 well-formed, 0 none, on the last line of the completion up to
+its end-of-sequence token; an expression too large to evaluate safely, such as ``9**9**9``, scores 0.1). Every ``--eval-every`` steps, and
 before the first, the policy answers the test problems greedily; the mean reward is the curve.
 
 A run writes OUT/metrics.jsonl (kind 'eval': step, test_reward, test_accuracy; kind 'train':
@@ -58,6 +66,7 @@ import contextlib
 import json
 import os
 import statistics
+import warnings
 from pathlib import Path
 
 import torch
@@ -155,11 +164,22 @@ def check_policy(model: str) -> None:
 
 def load_policy(model_dir: Path):
     """Model (fp32 weights) and tokenizer; a byte-level tokenizer gets the newline as its end and padding token."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import sys
 
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not sys.stderr.isatty():  # a redirected log keeps our lines, not the loader's progress bars
+        hf_logging.disable_progress_bar()
     check_policy(str(model_dir))
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    except OSError as e:  # no such folder, and the Hub cannot be reached or has no such model
+        where = "a folder here" if Path(model_dir).exists() else "a local folder, and the Hub cannot give it here"
+        raise UserError(f"{model_dir} is not a Hugging Face model that can be loaded: not {where} "
+                        f"({str(e).splitlines()[0][:160]}). Download it where there is a network (hf download "
+                        f"{model_dir} --local-dir DIR) and pass DIR") from None
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
         raise UserError(f"{model_dir}'s tokenizer has {len(tokenizer)} tokens but the model's embedding only {rows} "
@@ -170,8 +190,9 @@ def load_policy(model_dir: Path):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    for config in (model.config, model.generation_config):  # aligned here, so the trainer has nothing to align or say
+        config.eos_token_id, config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+        config.bos_token_id = tokenizer.bos_token_id
     return model, tokenizer
 
 
@@ -197,6 +218,19 @@ def reward_fn(prompts, completions, numbers, target, eos: str | None = None, **k
     """TinyZero's reward of each completion, on its text up to its end-of-sequence token (which veRL's decoding
     leaves out; a byte-level policy's is the newline, an ordinary token that TRL's decoding keeps)."""
     return [score(c.split(eos)[0] if eos else c, n, t) for c, n, t in zip(completions, numbers, target)]
+
+
+def flat(rewards: list[float], generations: int) -> bool:
+    """Whether every prompt's completions scored alike (groups of ``generations`` in a row, as TRL samples them):
+    then every advantage is 0 and the step learns nothing."""
+    groups = [rewards[i:i + generations] for i in range(0, len(rewards), generations)]
+    return all(max(g) == min(g) for g in groups)
+
+
+FLAT = ("every prompt's {n} completions scored alike in a rollout (all {value}), so every advantage was 0 and the step "
+        "learned nothing. A starting policy that cannot yet write '<answer>...</answer>' with the given numbers scores "
+        "0 or 0.1 everywhere: train it longer first (config/repro/countdown_sft.py's max_iters), start from a stronger "
+        "model, or raise --generations")
 
 
 def check_context(model, tokenizer, texts: list[str], max_completion_length: int) -> None:
@@ -271,7 +305,7 @@ def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, proc
     import tempfile
 
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     torch.manual_seed(seed)
@@ -321,25 +355,41 @@ def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, proc
                       f"accuracy {result['test_accuracy']:.3f}", flush=True)
 
     vllm = use_vllm(args.vllm, device)
+    fields = GRPOConfig.__dataclass_fields__  # transformers 5 renamed gradient_checkpointing (the old name warns)
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     with tempfile.TemporaryDirectory(prefix="grpo_trl_") as scratch:  # TRL's output_dir: nothing is saved there
         config = GRPOConfig(
             output_dir=scratch, num_generations=args.generations, **plan,
             max_completion_length=args.max_completion_length, temperature=1.0, beta=args.beta, loss_type=args.loss_type,
             logging_steps=args.eval_every, save_strategy="no", report_to=[], use_cpu=device == "cpu",
-            bf16=dtype == "bfloat16", gradient_checkpointing=args.gradient_checkpointing, seed=seed, data_seed=seed,
+            bf16=dtype == "bfloat16", **{checkpointing: args.gradient_checkpointing}, seed=seed, data_seed=seed,
             disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant",
             **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.4) if vllm else {}),
         )
+        rollouts = dict(scored=0, flat=0)
+
         def countdown_reward(prompts, completions, numbers, target, **kwargs):  # (TRL logs it by this name)
-            return reward_fn(prompts, completions, numbers, target, eos=tokenizer.eos_token)
+            rewards = reward_fn(prompts, completions, numbers, target, eos=tokenizer.eos_token)
+            rollouts["scored"] += 1
+            if flat(rewards, args.generations):
+                rollouts["flat"] += 1
+                if rollouts["flat"] == 1 and staged is not None:  # said once, by the process that writes
+                    values = sorted(set(rewards))
+                    print("note: " + FLAT.format(n=args.generations, value=", ".join(f"{v:g}" for v in values)), flush=True)
+            return rewards
 
         trainer = Trainer(model=model, reward_funcs=countdown_reward, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[TestReward()])
-        trainer.train()
+        trainer.remove_callback(PrinterCallback)  # its dicts of every logged number: they go to metrics.jsonl
+        with warnings.catch_warnings():  # TRL calls transformers' renamed checkpointing methods: known, harmless
+            warnings.filterwarnings("ignore", message=r".*`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)
+            trainer.train()
     meta = dict(optimizer=optimizer_name, seed=seed, lr=lr, steps=plan["max_steps"], weight_decay=args.weight_decay,
                 preset=args.preset, device=device, dtype=dtype, processes=trainer.accelerator.num_processes,
                 **effective_batch(config, trainer.accelerator.num_processes, args.generations, len(train_problems)),
-                done=True)
+                scored_batches=rollouts["scored"], flat_batches=rollouts["flat"], done=True)
+    if staged is not None and rollouts["flat"]:
+        print(f"{rollouts['flat']} of the {rollouts['scored']} scored batches were flat (no advantage, no gradient)")
     return records, meta
 
 

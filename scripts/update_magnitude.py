@@ -39,7 +39,7 @@ def step_sizes(ratios: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--beta1", type=cli.beta, default=0.9)
-    parser.add_argument("--beta2", type=cli.beta, nargs="+", default=[0.9, 0.95, 0.99, 0.999])
+    parser.add_argument("--beta2", type=cli.number(0.0, 1.0, low_open=True, says="a number in (0, 1)"), nargs="+", default=[0.9, 0.95, 0.99, 0.999])
     parser.add_argument("--points", type=cli.integer(2, 10**7), default=2601)
     parser.add_argument("--out", type=cli.place, default=Path("out/update_magnitude"), help="file stem: OUT.csv and OUT.png")
     args = parser.parse_args(argv)

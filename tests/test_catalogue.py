@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -335,3 +336,31 @@ def test_torchrun_with_the_defaults_fails_once_on_rank_0_with_the_fix(data_dir, 
     assert result.returncode != 0 and len(lines) == 1, result.stderr[-3000:]
     assert "gradient_accumulation_steps=1 is not divisible by the world size 2" in lines[0]
     assert not (tmp_path / "run").exists()  # nothing was written
+
+
+def test_resume_on_changed_data_is_refused_unless_allowed_and_then_said(data_dir, tmp_path, capsys):
+    import shutil
+
+    from tokens import read_tokens, write_tokens
+
+    data = tmp_path / "data"
+    shutil.copytree(data_dir / "tiny", data / "tiny")
+    cfg = tiny_config(data, tmp_path / "run", max_iters=4, eval_interval=2)
+    train.main(cfg)
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())["derived"]["data"]
+    assert recorded["train"]["bytes"] == (data / "tiny" / "train.bin").stat().st_size
+    # the dataset prepared again, differently (here: the training tokens reversed), then the run resumed
+    tokens, vocab = read_tokens(data / "tiny" / "train.bin")
+    write_tokens(data / "tiny" / "train.bin", np.ascontiguousarray(tokens[::-1]), vocab_size=vocab)
+    capsys.readouterr()
+    before = tree(tmp_path / "run")
+    resume = ["--init_from=resume", f"--out_dir={cfg.out_dir}", "--max_iters=6", "--lr_decay_iters=20"]
+    code = train.cli(resume)
+    assert_one_error_line(code, capsys.readouterr().err, "the run was trained on other data: train.bin (same size, "
+                          "other content)")
+    assert tree(tmp_path / "run") == before
+    assert train.cli([*resume, "--allow_new_data=True"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: resuming on changed data (--allow_new_data=True): train.bin (same size, other content)" in out
+    # its checkpoints now hold the new data's fingerprint: the next resume needs no flag
+    assert train.cli(["--init_from=resume", f"--out_dir={cfg.out_dir}", "--max_iters=8", "--lr_decay_iters=20"]) == 0

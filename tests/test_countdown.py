@@ -2,6 +2,7 @@
 hand-written completions, and a 2-step GRPO run per optimizer through TRL."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -173,7 +174,8 @@ def tiny_policy(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("policy")
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=256, n_positions=96, n_embd=32, n_layer=1, n_head=2)
+    config = transformers.GPT2Config(vocab_size=256, n_positions=96, n_embd=32, n_layer=1, n_head=2,
+                                     bos_token_id=None, eos_token_id=None)  # as export.py writes a byte-level model
     transformers.GPT2LMHeadModel(config).save_pretrained(folder / "hf")
     vocabulary.byte_tokenizer().save_pretrained(folder / "hf")
     countdown_prepare.prepare(folder / "data", sft=10, sft_val=2, rl_train=16, test=8, seed=0)
@@ -197,6 +199,35 @@ def test_grpo_two_steps_with_each_optimizer(optimizer, tiny_policy, tmp_path):
     assert trained and trained[0]["learning_rate"] == pytest.approx(1e-4 if optimizer == "lion" else 1e-3)
     assert all(r["learning_rate"] == trained[0]["learning_rate"] for r in trained)  # constant, not decayed
     assert grpo.finished(out)
+
+
+def test_a_flat_rollout_is_every_group_alike():
+    from scripts.grpo import flat
+
+    assert flat([0.1, 0.1, 0.0, 0.0], generations=2)  # each prompt's pair alike: no advantage anywhere
+    assert not flat([0.1, 0.0, 0.0, 0.0], generations=2)  # one pair differs: that prompt has a gradient
+    assert not flat([0.1, 0.1, 0.1, 0.0], generations=4)
+
+
+def test_a_flat_grpo_run_says_why_once_and_its_redirected_log_holds_our_lines(tiny_policy, tmp_path):
+    # an untrained policy writes no answer in 8 bytes: every reward is 0, every advantage 0
+    log = tmp_path / "log.txt"
+    with open(log, "w") as f:  # redirected, as a log file is: no terminal
+        result = subprocess.run([sys.executable, "-m", "scripts.grpo", str(tiny_policy / "hf"), "--steps", "2",
+                                 "--prompts", "2", "--generations", "4", "--max-completion-length", "8",
+                                 "--test-problems", "4", "--data", str(tiny_policy / "data"), "--out", str(tmp_path / "o")],
+                                cwd=Path(__file__).resolve().parents[1], stdout=f, stderr=subprocess.STDOUT, timeout=600,
+                                env={k: v for k, v in os.environ.items() if k != "WANDB_MODE"})  # (transformers prints it)
+    text = log.read_text()
+    assert result.returncode == 0, text[-3000:]
+    assert text.count("note: every prompt's 4 completions scored alike in a rollout (all 0), so every advantage") == 1
+    assert "2 of the 2 scored batches were flat (no advantage, no gradient)" in text
+    meta = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert (meta["scored_batches"], meta["flat_batches"]) == (2, 2)
+    # our lines only: no progress bars, no dicts of the trainer's numbers, no known-harmless warnings
+    lines = text.splitlines()
+    ours = ("adams seed 1 step ", "note: every prompt", "2 of the 2 scored")
+    assert all(line.startswith(ours) for line in lines), text
 
 
 def test_grpo_optimizers_follow_the_papers_rules():
@@ -372,7 +403,7 @@ def test_grpo_refuses_to_replace_a_finished_run_and_leaves_it_as_it_was(tiny_pol
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-@pytest.mark.parametrize("case", ["train_run", "no_tokenizer", "short_context", "missing"])
+@pytest.mark.parametrize("case", ["train_run", "no_tokenizer", "short_context", "missing", "hub_offline"])
 def test_grpo_refuses_a_model_it_cannot_use_in_one_line(case, tiny_policy, tmp_path):
     import shutil
 
@@ -392,9 +423,14 @@ def test_grpo_refuses_a_model_it_cannot_use_in_one_line(case, tiny_policy, tmp_p
         shutil.copytree(tiny_policy / "hf", model)
         args += ["--template", "tinyzero"]
         expected = "context is 96 tokens, too short"
-    else:
+    elif case == "missing":
         model = tmp_path / "nowhere" / "model"
         expected = "does not exist"
+    else:  # a Hub name, with the Hub out of reach (the tests run with HF_HUB_OFFLINE=1, as CI does)
+        if os.environ.get("HF_HUB_OFFLINE") != "1":
+            pytest.skip("needs HF_HUB_OFFLINE=1, so that no download is tried")
+        model = "no-such-org/no-such-model"
+        expected = "no-such-org/no-such-model is not a Hugging Face model that can be loaded: not a local folder, and the Hub"
     with pytest.raises(UserError, match=expected):
         grpo.main([str(model), *args])
     assert not (tmp_path / "out").exists()  # nothing was written

@@ -140,7 +140,7 @@ def readme_commands() -> list[list[str]]:
             words = shlex.split(part.strip())
             for key, value in PLACEHOLDERS.items():
                 words = [w.replace(key, value) for w in words]
-            if words and words[0] in ("python", "torchrun") and any(w.endswith(".py") or w == "-m" for w in words):
+            if words and words[0] in ("python", "torchrun", "accelerate") and any(w.endswith(".py") or w == "-m" for w in words):
                 commands.append(words)
     return commands
 
@@ -169,7 +169,7 @@ def test_every_readme_command_parses_as_written(monkeypatch):
     assert len(commands) >= 25
     checked = 0
     for words in commands:
-        if words[0] == "torchrun":  # its own options first, then the script or module
+        if words[0] in ("torchrun", "accelerate"):  # its own options first, then the script or module
             words = ["python", *words[next(i for i, w in enumerate(words) if w.endswith(".py") or w == "-m"):]]
         if words[1] == "-m" and words[2] in ("pytest", "torchtitan.train"):
             continue  # not ours

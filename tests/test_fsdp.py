@@ -80,6 +80,10 @@ def test_fsdp_two_processes_match_one_process(name, data_dir, tmp_path):
     result = torchrun("--standalone", "--nproc_per_node=2", "train.py", *cli_args(sharded))
     assert_close_losses(single.out_dir, sharded.out_dir)
     assert result.stdout.count("--- sample ---") == 1  # printed by rank 0 alone
+    said = result.stdout + result.stderr  # (the optimizer's lines are logging's, on stderr)
+    lines = said.splitlines()
+    assert sum(line.startswith(f"optimizer: {name} lr=") for line in lines) == 1  # so are the optimizer's lines
+    assert sum(line.startswith("decayed: ") for line in lines) == 1
 
 
 @pytest.mark.parametrize("name", ["adam_mini", pytest.param("adams", marks=pytest.mark.slow)])
