@@ -96,3 +96,22 @@ def test_every_top_level_module_is_installed():
     present = {p.stem for p in REPO.glob("*.py")} - {"conftest"}
     assert present - listed == set(), "add these to [tool.setuptools] py-modules in pyproject.toml"
     assert listed - present == set(), "py-modules names files that do not exist"
+
+
+def test_the_top_level_holds_what_users_expect_and_nothing_else():
+    """What git tracks at the root: the product's modules, its folders, README, LICENSE, pyproject and the
+    CI script's folder. A figure or table written into the root by a command run from there (a stray
+    ``--out NAME``) fails here instead of landing in a commit."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    top = {name.split("/", 1)[0] for name in tracked}
+    folders = {"config", "data", "optim", "scripts", "study", "tests", "results", ".ci"}
+    files = {"README.md", "LICENSE", "pyproject.toml", ".gitignore"}
+    stray = sorted(name for name in top if name not in folders | files and not name.endswith(".py"))
+    assert not stray, f"unexpected files at the repository's root (outputs of a command run from there?): {stray}"
