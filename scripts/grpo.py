@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import statistics
 import warnings
@@ -162,6 +163,10 @@ def check_policy(model: str) -> None:
                          "with export.py (it writes the tokenizer), or save the tokenizer into the folder")
 
 
+def _not_the_padding_warning(record: logging.LogRecord) -> bool:
+    return "strongly recommend passing in an `attention_mask`" not in record.getMessage()
+
+
 def load_policy(model_dir: Path):
     """Model (fp32 weights) and tokenizer; a byte-level tokenizer gets the newline as its end and padding token."""
     import sys
@@ -171,6 +176,9 @@ def load_policy(model_dir: Path):
 
     if not sys.stderr.isatty():  # a redirected log keeps our lines, not the loader's progress bars
         hf_logging.disable_progress_bar()
+    # generate()'s cached decoding steps pass one token and no mask; when that token is the end (our padding too),
+    # transformers warns that the input may be padded. It is not: the cache carries the mask. Known, harmless.
+    logging.getLogger("transformers.modeling_utils").addFilter(_not_the_padding_warning)  # (added once)
     check_policy(str(model_dir))
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -209,9 +217,16 @@ def evaluate(model, tokenizer, problems: list[dict], max_new_tokens: int, batch:
         enc = tokenizer(texts, return_tensors="pt", padding=True).to(model.device)
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
         answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)
-        rewards += [score(a.split(tokenizer.eos_token)[0], p["numbers"], p["target"]) for a, p in zip(answers, chunk)]
+        rewards += reward_fn(texts, answers, [p["numbers"] for p in chunk], [p["target"] for p in chunk],
+                             eos=end_text(tokenizer))
     model.train(was_training)
     return dict(test_reward=statistics.mean(rewards), test_accuracy=sum(r == 1.0 for r in rewards) / len(rewards))
+
+
+def end_text(tokenizer) -> str:
+    """The end-of-sequence token as it reads in decoded text: a byte-level policy's is the newline, whose token is
+    spelled 'Ċ' (GPT-2's byte alphabet), so splitting a decoded completion on ``eos_token`` would never cut it."""
+    return tokenizer.decode([tokenizer.eos_token_id])
 
 
 def reward_fn(prompts, completions, numbers, target, eos: str | None = None, **kwargs) -> list[float]:
@@ -228,9 +243,12 @@ def flat(rewards: list[float], generations: int) -> bool:
 
 
 FLAT = ("every prompt's {n} completions scored alike in a rollout (all {value}), so every advantage was 0 and the step "
-        "learned nothing. A starting policy that cannot yet write '<answer>...</answer>' with the given numbers scores "
-        "0 or 0.1 everywhere: train it longer first (config/repro/countdown_sft.py's max_iters), start from a stronger "
-        "model, or raise --generations")
+        "learned nothing. ")
+FLAT_AT_START = ("A starting policy that cannot yet write '<answer>...</answer>' with the given numbers scores 0 or 0.1 "
+                 "everywhere: train it longer first (config/repro/countdown_sft.py's max_iters), start from a stronger "
+                 "model, or raise --generations")
+FLAT_LATER = ("After rollouts that did vary, this means the policy now writes one answer a prompt: converged if the test "
+              "reward rose, collapsed if it fell (then a lower --lr)")
 
 
 def check_context(model, tokenizer, texts: list[str], max_completion_length: int) -> None:
@@ -368,14 +386,18 @@ def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, proc
         )
         rollouts = dict(scored=0, flat=0)
 
+        end = end_text(tokenizer)
+
         def countdown_reward(prompts, completions, numbers, target, **kwargs):  # (TRL logs it by this name)
-            rewards = reward_fn(prompts, completions, numbers, target, eos=tokenizer.eos_token)
+            rewards = reward_fn(prompts, completions, numbers, target, eos=end)
             rollouts["scored"] += 1
             if flat(rewards, args.generations):
                 rollouts["flat"] += 1
                 if rollouts["flat"] == 1 and staged is not None:  # said once, by the process that writes
                     values = sorted(set(rewards))
-                    print("note: " + FLAT.format(n=args.generations, value=", ".join(f"{v:g}" for v in values)), flush=True)
+                    cause = FLAT_AT_START if rollouts["scored"] == 1 else FLAT_LATER
+                    print("note: " + FLAT.format(n=args.generations, value=", ".join(f"{v:g}" for v in values)) + cause,
+                          flush=True)
             return rewards
 
         trainer = Trainer(model=model, reward_funcs=countdown_reward, args=config, train_dataset=dataset,

@@ -201,6 +201,19 @@ def test_grpo_two_steps_with_each_optimizer(optimizer, tiny_policy, tmp_path):
     assert grpo.finished(out)
 
 
+@pytest.mark.parametrize("skip_special_tokens", [True, False])  # TRL's decoding and grpo.evaluate's
+def test_a_byte_level_policys_completion_is_scored_up_to_its_newline(tiny_policy, skip_special_tokens):
+    # export.py's byte-level policy ends a completion with the newline, whose token GPT-2's byte alphabet
+    # spells 'Ċ': the reward must cut the decoded text at "\n", or TinyZero's last-line rule sees an empty line
+    from scripts import grpo
+
+    _, tokenizer = grpo.load_policy(tiny_policy / "hf")
+    ids = tokenizer(" <answer>(1 + 2) * 3</answer>\n<answer>7</answer>")["input_ids"]  # the end, then more
+    text = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+    assert grpo.reward_fn([""], [text], [[1, 2, 3]], [9], eos=grpo.end_text(tokenizer)) == [1.0]
+    assert grpo.reward_fn([""], [text], [[1, 2, 3]], [9]) == [0.1]  # TinyZero's rule on the uncut text: last line
+
+
 def test_a_flat_rollout_is_every_group_alike():
     from scripts.grpo import flat
 
