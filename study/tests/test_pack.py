@@ -125,10 +125,10 @@ def test_pack_mistakes_change_nothing(scan, tmp_path):
         return {p.as_posix(): p.read_bytes() for p in Path("results").rglob("*") if p.is_file()}
 
     # a run still writing: its lock is held by another process
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); import folders; "
-                               "l = folders.Lock(sys.argv[2], 'train.py'); l.acquire('--out_dir'); print('held', flush=True); "
-                               "time.sleep(60)", str(REPO), str(scan / "adams" / "learning_rate=1e-3_seed=1")],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; import folders; "
+                               "l = folders.Lock(sys.argv[1], 'train.py'); l.acquire('--out_dir'); print('held', flush=True); "
+                               "time.sleep(60)", str((scan / "adams" / "learning_rate=1e-3_seed=1").resolve())],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         state = world()
