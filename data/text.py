@@ -10,6 +10,7 @@ there is replaced only with --overwrite.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -83,13 +84,16 @@ def write_split(dataset, path: Path, vocab_size: int, shards: int = 64) -> int:
         return writer.count
 
 
-def write_splits(splits: dict, out_dir: Path, tokenizer, num_proc: int = 1, overwrite: bool = False,
+def write_splits(load: Callable[[], dict], out_dir: Path, tokenizer, num_proc: int = 1, overwrite: bool = False,
                  command: str | None = None) -> dict[str, int]:
-    """Tokenise and write ``splits`` ({'train': dataset, 'val': dataset}) into ``out_dir`` (both files, or neither:
-    folders.dataset; a dataset already there is replaced only with ``overwrite``); return the token counts."""
+    """Tokenise the splits ``load()`` gives ({'train': dataset, 'val': dataset}) and write them into ``out_dir``
+    (both files, or neither: folders.dataset; a dataset already there is replaced only with ``overwrite``);
+    return the token counts. The tokenizer is checked and the folder taken before ``load`` runs, so a download
+    is never spent on a command that would then be refused."""
     vocab_size = load_tokenizer(tokenizer).n_vocab
     counts = {}
     with folders.dataset(out_dir, ("train.bin", "val.bin"), overwrite, command) as staged:
+        splits = load()
         for name in ("val", "train"):
             counts[name] = write_split(tokenize(splits[name], tokenizer, num_proc), staged / f"{name}.bin", vocab_size)
     return counts

@@ -106,3 +106,25 @@ def test_c4_hub_shard_names_and_limits():
 def test_a_tokenizer_path_that_is_nothing_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="neither tiktoken:NAME, a sentencepiece .model file, nor a tokenizer folder"):
         load_tokenizer(str(tmp_path / "nope"))
+
+
+def test_a_refused_command_downloads_nothing(tmp_path, monkeypatch):
+    # the tokenizer is checked and --out taken before the Hub is asked: a dataset already in --out (no
+    # --overwrite) or a tokenizer that cannot load is refused without a download
+    from data.openwebtext import prepare as owt
+
+    asked = []
+    for module in (c4, owt):
+        monkeypatch.setattr(module, "load_hub", lambda *a, **k: asked.append(a) or pytest.fail("the Hub was asked"))
+    out = tmp_path / "data"
+    out.mkdir()
+    for name in ("train.bin", "val.bin"):
+        (out / name).write_bytes(b"a dataset already here")
+    tokenizer = str(sentencepiece_model(tmp_path))  # one that loads offline
+    for main in (c4.main, owt.main):
+        with pytest.raises(UserError, match="--overwrite"):
+            main(["--out", str(out), "--tokenizer", tokenizer])
+        with pytest.raises(UserError, match="--tokenizer"):
+            main(["--out", str(tmp_path / "new"), "--tokenizer", str(tmp_path / "no_such_tokenizer")])
+    assert asked == [] and not (tmp_path / "new").exists()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {n: b"a dataset already here" for n in ("train.bin", "val.bin")}

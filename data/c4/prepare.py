@@ -52,15 +52,15 @@ def main(argv=None):
     parser.add_argument("--num-proc", type=cli.integer(1, 1024), default=max(1, (os.cpu_count() or 2) // 2))
     args = parser.parse_args(argv)
 
-    if args.input:
-        train = load_local(args.input)
-        splits = {"train": train, "val": load_local(args.val_input)} if args.val_input else \
-            random_split(train, args.test_size, args.seed)
-    else:
-        files = hub_files(args.shards, args.val_shards)
-        loaded = load_hub(HUB, data_files=files, num_proc=args.num_proc)
-        splits = {"train": loaded["train"].select_columns(["text"]), "val": loaded["validation"].select_columns(["text"])}
-    counts = write_splits(splits, args.out, args.tokenizer, args.num_proc, args.overwrite, "data.c4.prepare")
+    def load():  # once the tokenizer is checked and --out taken: no download for a command that will be refused
+        if args.input:
+            train = load_local(args.input)
+            return {"train": train, "val": load_local(args.val_input)} if args.val_input else \
+                random_split(train, args.test_size, args.seed)
+        loaded = load_hub(HUB, data_files=hub_files(args.shards, args.val_shards), num_proc=args.num_proc)
+        return {"train": loaded["train"].select_columns(["text"]), "val": loaded["validation"].select_columns(["text"])}
+
+    counts = write_splits(load, args.out, args.tokenizer, args.num_proc, args.overwrite, "data.c4.prepare")
     print(f"train {counts['train']:,} tokens, val {counts['val']:,} tokens in {args.out}")
     return counts
 
