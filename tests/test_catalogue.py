@@ -131,6 +131,14 @@ CASES = [
     ("overwrite, block too long", train.cli,
      lambda w: [*train_args(w), f"--data_dir={w['bad']}", "--dataset=short", "--overwrite=True"], "too few for block_size"),
     ("fresh over a run", train.cli, lambda w: train_args(w), "already holds a train.py run"),
+    # train.py: a new folder that fails leaves no folder behind
+    ("new folder, missing dataset", train.cli,
+     lambda w: [*train_args(w), "--dataset=nowhere", f"--out_dir={w['root'] / 'new_run'}"], "does not exist"),
+    ("new folder, nanoGPT .bin", train.cli,
+     lambda w: [*train_args(w), f"--data_dir={w['bad']}", "--dataset=nanogpt", f"--out_dir={w['root'] / 'new_run'}"],
+     "bad magic"),
+    ("new folder, fsdp in one process", train.cli,
+     lambda w: [*train_args(w), "--fsdp=True", f"--out_dir={w['root'] / 'new_run'}"], "torchrun starts"),
     # train.py: resume
     ("resume, other optimizer", train.cli, lambda w: ["--init_from=resume", f"--out_dir={w['run']}", "--optimizer=adamw"],
      "holds a run with optimizer='adams'"),
