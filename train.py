@@ -171,11 +171,7 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
                         "--nproc_per_node=N, or drop --fsdp to train unsharded in one process")
     if device.type == "cpu":
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
-    data = dataset.load(cfg.data_dir, cfg.dataset, cfg.block_size)
-    said = resume and not cfg.eval_only and dataset.check_unchanged(  # (an evaluation may take any data)
-        resume.get("data"), data["fingerprint"], f"{cfg.data_dir}/{cfg.dataset}", cfg.allow_new_data)
-    if said and main_rank:
-        print(f"warning: {said}")
+    data = load_data(cfg, resume, main_rank)
     check_memory(cfg, data["vocab_size"], device)
     raw_model, model, autocast, optimizer, scaler, dtype = build(cfg, dist_, data["vocab_size"], resume)
     writes = main_rank and not cfg.eval_only  # an evaluation changes nothing in out_dir
@@ -191,9 +187,10 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
                 model_type=resume.get("model_type", "gpt2") if resume else cfg.model, model_source=source,
                 data=data["fingerprint"])
     resume = None  # free it
-    derived = describe(cfg, meta["config"], raw_model, dist_, dtype) if main_rank else {}
-    derived["data"] = data["fingerprint"]  # (the checkpoints hold it too: a resume on other data is refused)
-    derived["checkpoints_in_log"] = True  # metrics.jsonl has a 'checkpoint' line for each (folders.py reads them)
+    # config.json: what the run derived from its settings, its data, and that metrics.jsonl has a 'checkpoint' line
+    # for each checkpoint (folders.py reads them)
+    derived = dict(describe(cfg, meta["config"], raw_model, dist_, dtype) if main_rank else {},
+                   data=data["fingerprint"], checkpoints_in_log=True)
 
     def commit() -> None:  # the run is under way: it takes its folder (a resumed run has it already)
         folder.commit(dict(config=meta["config"], derived=derived))
@@ -284,6 +281,16 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
         finish(cfg, raw_model, dist_, data["vocab_size"], log)
     log.finish()
     return dict(summary, skipped_steps=progress.skipped_steps)
+
+
+def load_data(cfg: TrainConfig, resume: dict | None, main_rank: bool) -> dict:
+    """The run's token files; a resumed run's must be those it began on (or the user allowed others: said)."""
+    data = dataset.load(cfg.data_dir, cfg.dataset, cfg.block_size)
+    said = resume and not cfg.eval_only and dataset.check_unchanged(  # (an evaluation may take any data)
+        resume.get("data"), data["fingerprint"], f"{cfg.data_dir}/{cfg.dataset}", cfg.allow_new_data)
+    if said and main_rank:
+        print(f"warning: {said}")
+    return data
 
 
 def build(cfg: TrainConfig, dist_: data_parallel.Dist, data_vocab: int, resume: dict | None):
