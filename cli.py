@@ -17,7 +17,7 @@ import argparse
 import math
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 
@@ -225,3 +225,36 @@ def run(action: Callable[[], object]) -> int:
         say("interrupted")
         return 130
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def progress(items: Iterable, desc: str, total: int | None = None, every: float = 30.0) -> Iterator:
+    """``items`` as they are used, with their progress: a tqdm bar on a terminal; when stderr is redirected (a log
+    file), a plain line after the first item, then at most every ``every`` seconds, and at the end of anything
+    that took longer than that: ``DESC: I/TOTAL, S s, about L s left``. Long commands are never silent."""
+    import time
+
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        yield from tqdm(items, desc=desc, total=total)
+        return
+    start = last = time.monotonic()
+    done = 0
+    for done, item in enumerate(items, 1):
+        yield item
+        now = time.monotonic()
+        if done == 1 or now - last >= every or (done == total and now - start >= every):
+            left = f", about {(now - start) / done * (total - done):.0f} s left" if total and done < total else ""
+            print(f"{desc}: {done}/{total or '?'}, {now - start:.0f} s{left}", file=sys.stderr, flush=True)
+            last = now
+
+
+def library_bars_on_terminals_only() -> None:
+    """Hugging Face's own progress bars (loading a model, writing its shards) off when stderr is not a terminal,
+    so a redirected log holds the command's lines, not carriage-return bars."""
+    if not sys.stderr.isatty():
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()

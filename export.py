@@ -70,6 +70,7 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
         model, state = load_model(source)
         vocab = data_vocab(state)
         tmp = dest.stage()
+        cli.library_bars_on_terminals_only()
         model.to_hf(vocab).save_pretrained(tmp)
         if vocab <= 256:
             tokenizer = vocabulary.byte_tokenizer()

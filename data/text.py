@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+import cli
 import folders
 from errors import UserError
 from tokens import TokenWriter
@@ -73,11 +74,9 @@ def tokenize(dataset, tokenizer, num_proc: int):
 
 
 def write_split(dataset, path: Path, vocab_size: int, shards: int = 64) -> int:
-    from tqdm import tqdm
-
     with TokenWriter(path, vocab_size) as writer:
         shards = max(1, min(shards, len(dataset)))
-        for i in tqdm(range(shards), desc=f"writing {path.name}"):
+        for i in cli.progress(range(shards), f"writing {path.name}, shards"):
             shard = dataset.shard(num_shards=shards, index=i, contiguous=True).with_format("numpy")
             if len(shard):
                 writer.write(np.concatenate(list(shard["ids"])))

@@ -169,13 +169,9 @@ def _not_the_padding_warning(record: logging.LogRecord) -> bool:
 
 def load_policy(model_dir: Path):
     """Model (fp32 weights) and tokenizer; a byte-level tokenizer gets the newline as its end and padding token."""
-    import sys
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    if not sys.stderr.isatty():  # a redirected log keeps our lines, not the loader's progress bars
-        hf_logging.disable_progress_bar()
+    cli.library_bars_on_terminals_only()
     # generate()'s cached decoding steps pass one token and no mask; when that token is the end (our padding too),
     # transformers warns that the input may be padded. It is not: the cache carries the mask. Known, harmless.
     logging.getLogger("transformers.modeling_utils").addFilter(_not_the_padding_warning)  # (added once)

@@ -169,10 +169,8 @@ def sweep(args, runs: list, grid: dict) -> list[dict]:
         print(f"{out_dir.name}: exit {code}, final val loss {loss}")
         return code
 
-    from tqdm import tqdm
-
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        codes = list(tqdm(pool.map(run, todo), total=len(todo), desc="sweep"))
+        codes = list(cli.progress(pool.map(run, todo), "sweep, runs", total=len(todo)))
     summary = summarize(runs, list(grid), args.out)
     failed = [d for (_, _, d), code in zip(todo, codes) if code != 0 and not final_val_loss(d)[1]]
     if failed:

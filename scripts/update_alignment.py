@@ -160,9 +160,7 @@ def main(argv=None):
     v_mini = {n: torch.zeros(blocks[n].n_blocks if blocks[n].rule != "adam" else p.shape, device=device) for n, p in named}
     rng = np.random.default_rng(args.seed)
     rows, worst_check = [], 0.0
-    from tqdm import tqdm
-
-    for step in tqdm(range(1, args.steps + 1), desc="AdamW run", disable=None):
+    for step in cli.progress(range(1, args.steps + 1), "AdamW run, steps"):
         lr = get_lr(step, args.lr, args.warmup, args.decay_iters, args.min_lr)
         for group in optimizer.param_groups:
             group["lr"] = lr

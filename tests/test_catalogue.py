@@ -219,6 +219,7 @@ def test_sample_and_export_read_the_run_and_exports_are_readable_by_others(world
     finally:
         os.umask(old)
     assert tree(world["run"]) == before
+    assert "Writing model shards" not in capsys.readouterr().err  # stderr is no terminal here: no library bars
     assert (tmp_path / "hf").stat().st_mode & 0o777 == 0o755
     assert all(p.stat().st_mode & 0o044 == 0o044 for p in (tmp_path / "hf").iterdir())
 

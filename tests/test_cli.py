@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import cli
 from scripts import denominator_moments, update_alignment
 from tests.helpers import start_together
 
@@ -45,3 +46,17 @@ def test_every_script_runs_by_path_from_anywhere(script, help_runs):
     flat = " ".join(result.stdout.split())  # argparse wraps the help: one line to search
     assert "(default: None)" not in flat  # an option without a default says what happens instead, or nothing
     assert not re.search(r"\(default:[^)]*\)[^-]*\(default:", flat), "an option shows its default twice"
+
+
+def test_progress_in_a_log_is_plain_lines_from_the_first_item(capsys, monkeypatch):
+    import time
+
+    clock = iter(range(0, 1000, 10))  # each item takes 10 s
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    assert list(cli.progress(range(7), "steps", every=30)) == list(range(7))  # the items, unchanged
+    lines = capsys.readouterr().err.splitlines()  # stderr is no terminal here: no bar, no carriage returns
+    # the first item (a sign of life with an estimate), then every 30 s, then the end of a long loop
+    assert lines == ["steps: 1/7, 10 s, about 60 s left", "steps: 4/7, 40 s, about 30 s left",
+                     "steps: 7/7, 70 s"]
+    assert list(cli.progress(iter("ab"), "unsized")) == ["a", "b"] and \
+        capsys.readouterr().err.splitlines() == ["unsized: 1/?, 10 s"]  # (a short loop: one line)

@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 import cli
 import folders
@@ -86,7 +85,7 @@ def prepare(
     with folders.dataset(out_dir, ("train.bin", "val.bin"), overwrite, "data.pystdlib.prepare", wait) as staged, \
             TokenWriter(staged / "train.bin", vocab) as train, TokenWriter(staged / "val.bin", vocab) as val:
         tokens = encoded(files, encode, workers or os.cpu_count() or 1)
-        for i, doc in enumerate(tokens if quiet else tqdm(tokens, f"{tokenizer or 'byte'} tokens", len(files))):
+        for i, doc in enumerate(tokens if quiet else cli.progress(tokens, f"{tokenizer or 'byte'} tokens, files", len(files))):
             (val if is_val[i] else train).write(doc)
         counts = {"train": train.count, "val": val.count}
     if not quiet:
