@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 
 import cli
 from errors import UserError
-from scripts import read_csv, save_figure
+from scripts import out_file, read_csv, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPORA = (("all training files", ROOT / "study/results/lr_transfer/lr_transfer_tiny_points.csv", "-"),
@@ -69,9 +69,9 @@ def main(argv=None):
     right.set_ylabel("AdamS − AdamW at the same lr")
     right.set_title("what AdamW's lr costs AdamS")
     fig.tight_layout()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, args.out, dpi=110)
-    print(f"wrote {args.out}")
+    path = out_file(args.out, ".png")  # (an --out of x.png or x writes x.png; never another format's file)
+    save_figure(fig, path, dpi=110)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
