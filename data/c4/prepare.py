@@ -52,7 +52,7 @@ def main(argv=None):
     parser.add_argument("--num-proc", type=cli.integer(1, 1024), default=max(1, (os.cpu_count() or 2) // 2))
     args = parser.parse_args(argv)
 
-    def load():  # once the tokenizer is checked and --out taken: no download for a command that will be refused
+    def load():
         if args.input:
             train = load_local(args.input)
             return {"train": train, "val": load_local(args.val_input)} if args.val_input else \
@@ -60,7 +60,11 @@ def main(argv=None):
         loaded = load_hub(HUB, data_files=hub_files(args.shards, args.val_shards), num_proc=args.num_proc)
         return {"train": loaded["train"].select_columns(["text"]), "val": loaded["validation"].select_columns(["text"])}
 
-    counts = write_splits(load, args.out, args.tokenizer, args.num_proc, args.overwrite, "data.c4.prepare")
+    # local files are read (and checked) first; the Hub only once the tokenizer is checked and --out taken, so
+    # no download is spent on a command that would then be refused
+    local = load() if args.input else None
+    counts = write_splits(lambda: local or load(), args.out, args.tokenizer, args.num_proc, args.overwrite,
+                          "data.c4.prepare")
     print(f"train {counts['train']:,} tokens, val {counts['val']:,} tokens in {args.out}")
     return counts
 

@@ -28,10 +28,14 @@ from data.text import load_hub, load_local, random_split, write_splits
 def prepare(dataset, out_dir: Path, tokenizer="tiktoken:gpt2", test_size: float = 0.0005, seed: int = 2357,
             num_proc: int = 1, overwrite: bool = False) -> dict[str, int]:
     """Split ``dataset`` (a ``text`` column, or a function that loads one) as nanoGPT does, tokenise and write
-    it; return the token counts."""
-    load = dataset if callable(dataset) else lambda: dataset
-    return write_splits(lambda: random_split(load(), test_size, seed), out_dir, tokenizer, num_proc, overwrite,
-                        "data.openwebtext.prepare")
+    it; return the token counts. Documents at hand are split (and checked) first; a function is called only
+    once the tokenizer is checked and ``out_dir`` taken, so no download is spent on a command then refused."""
+    if callable(dataset):
+        load = lambda: random_split(dataset(), test_size, seed)  # noqa: E731
+    else:
+        splits = random_split(dataset, test_size, seed)
+        load = lambda: splits  # noqa: E731
+    return write_splits(load, out_dir, tokenizer, num_proc, overwrite, "data.openwebtext.prepare")
 
 
 def main(argv=None):
@@ -48,14 +52,14 @@ def main(argv=None):
     parser.add_argument("--hf-revision", type=cli.text(), default="refs/convert/parquet", help="the Hub's parquet conversion")
     args = parser.parse_args(argv)
 
-    documents = []
+    documents = [load_local(args.input)] if args.input else []
 
-    def load():  # once the tokenizer is checked and --out taken: no download for a command that will be refused
-        documents.append(load_local(args.input) if args.input else
-                         load_hub(args.hf_dataset, revision=args.hf_revision, split="train", num_proc=args.num_proc))
+    def from_hub():
+        documents.append(load_hub(args.hf_dataset, revision=args.hf_revision, split="train", num_proc=args.num_proc))
         return documents[0]
 
-    counts = prepare(load, args.out, args.tokenizer, args.test_size, args.seed, args.num_proc, args.overwrite)
+    counts = prepare(documents[0] if documents else from_hub, args.out, args.tokenizer, args.test_size, args.seed,
+                     args.num_proc, args.overwrite)
     print(f"{len(documents[0]):,} documents -> train {counts['train']:,} tokens, val {counts['val']:,} tokens in "
           f"{args.out}")
     return counts
