@@ -1,6 +1,10 @@
 """Training configuration: one typed dataclass of defaults, config files, command-line overrides.
 
     python train.py [config/file.py ...] [--key=value ...]
+    python train.py [config/file.py ...] [--key=value ...] --plan=KIND [--plan_gpus=N] [--plan_json=FILE]
+
+--plan trains nothing: it plans the run's memory and time on N GPUs of KIND (h100-80gb, h200-141gb,
+a100-40gb, a100-80gb) on this CPU (plan.py).
 
 Config files are plain Python assignments, as in nanoGPT. Precedence: defaults < files (in order)
 < command line. Every key is checked: an unknown key is an error that suggests the closest valid
@@ -17,6 +21,7 @@ import ast
 import dataclasses
 import difflib
 import functools
+import json
 import math
 import os
 import re
@@ -277,18 +282,36 @@ def resumed(saved: dict, cfg: TrainConfig, explicit: set[str], where: str) -> tu
 
 
 def read_config_file(path: str) -> dict:
+    """A config file's settings: a Python file's top-level assignments (nanoGPT's configs), or a JSON object of
+    keys. Whatever it holds is checked like the command line; a file that sets nothing, stops the program or fails
+    is one error line naming it."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"config file '{path}' does not exist; pass a path like config/train_gpt2_small_adams.py")
-    try:
-        namespace = runpy.run_path(str(p))
-    except Exception as e:  # a config file is user code: report its error in one line
-        raise UserError(f"config file '{path}' failed to run: {type(e).__name__}: {e}") from e
+    if p.suffix == ".json":
+        try:
+            namespace = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise UserError(f"config file '{path}' is not readable JSON ({type(e).__name__}); write it as one JSON "
+                            "object of keys, or as a Python file of assignments") from None
+        if not isinstance(namespace, dict):
+            raise UserError(f"config file '{path}' holds a JSON {type(namespace).__name__}, not an object of keys")
+    else:
+        try:
+            namespace = runpy.run_path(str(p))
+        except SystemExit as e:  # a config that ends the program would end train.py with its code and no word
+            raise UserError(f"config file '{path}' called exit({e.code}) while it was read; a config file only "
+                            "assigns settings") from None
+        except Exception as e:  # a config file is user code: report its error in one line
+            raise UserError(f"config file '{path}' failed to run: {type(e).__name__}: {e}") from e
     out = {}
     for key, value in namespace.items():
         if key.startswith("_") or isinstance(value, (types.ModuleType, types.FunctionType, type)):
             continue
         out[key] = coerce(key, value, f"config file '{path}'")
+    if not out:
+        raise UserError(f"config file '{path}' sets no key; write assignments such as batch_size = 8 (a Python file) "
+                        "or {\"batch_size\": 8} (a .json file)")
     return out
 
 
@@ -296,6 +319,10 @@ def check(cfg: TrainConfig, world_size: int = 1) -> None:
     """Cross-field checks, before anything is built; each failure names the fields and a fix."""
     for key, value in as_dict(cfg).items():  # a TrainConfig built in code is held to what the fields declare
         coerce(key, value, "the config")
+    mode = os.environ.get("WANDB_MODE")
+    if cfg.wandb_log and mode is not None and mode not in WANDB_MODES:
+        raise UserError(f"WANDB_MODE={mode!r} is not a mode wandb knows; set it to one of {', '.join(WANDB_MODES)}, or "
+                        "unset it")
     if cfg.model == "llama" and cfg.bias:
         raise UserError("model='llama' has no biases; drop --bias=True")
     if cfg.n_embd % cfg.n_head:
@@ -311,6 +338,9 @@ def check(cfg: TrainConfig, world_size: int = 1) -> None:
     if cfg.gradient_accumulation_steps % world_size:
         raise UserError(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} is not divisible by the "
                         f"world size {world_size}; make it a multiple of the number of processes")
+
+
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
 
 
 def as_dict(cfg: TrainConfig) -> dict:

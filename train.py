@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from adams_optim import build_optimizer, hyperparameters
+from adams_optim import build_optimizer
 
 import checkpoint
 import cli as cli_
@@ -29,12 +29,13 @@ import data_parallel
 import dataset
 import folders
 import metrics
+import plan
 import reporting
 import vocabulary
-from architectures import architecture, hf_model_type
 from configurator import TrainConfig
 from errors import Interrupted, UserError
 from model import LanguageModel
+from step import build_model, gradients, optimizer_kwargs
 
 # Dense bf16/fp16 tensor-core peak FLOP/s, from the vendors' data sheets, for the MFU estimate.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
@@ -53,46 +54,17 @@ def get_lr(it: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + remaining * (cfg.learning_rate - cfg.min_lr)
 
 
-def build_model(cfg: TrainConfig, data_vocab: int, resume: dict | None) -> LanguageModel:
-    """A new model, the one a checkpoint holds (weights loaded later, once it is wrapped), or
-    Hugging Face GPT-2 or Llama weights. The last two decide the architecture; the config must agree."""
-    if resume is not None:
-        if resume["model_source"] == "scratch":
-            checkpoint.check_shape(resume, configurator.as_dict(cfg), f"the checkpoint in {cfg.out_dir}")
-        model_cls, config_cls = architecture(resume.get("model_type", "gpt2"))
-        model = model_cls(config_cls(**resume["model_args"]))
-    elif cfg.init_from in ("scratch", "auto"):  # auto with no checkpoint yet starts from scratch
-        model_cls, config_cls = architecture(cfg.model)
-        shape = dict(block_size=cfg.block_size, vocab_size=dataset.model_vocab(data_vocab), n_layer=cfg.n_layer,
-                     n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout)
-        model = model_cls(config_cls(**shape, **({"bias": cfg.bias} if cfg.model == "gpt2" else {})))
-    else:
-        cfg.model = hf_model_type(cfg.init_from)
-        try:
-            model = architecture(cfg.model)[0].from_pretrained(cfg.init_from, dropout=cfg.dropout)
-        except OSError as e:
-            raise UserError(f"init_from='{cfg.init_from}' is neither 'scratch', 'resume', nor a GPT-2 name or local "
-                            f"Hugging Face directory that can be loaded here ({e.__class__.__name__})") from e
-        if cfg.block_size < model.config.block_size:
-            model.crop_block_size(cfg.block_size)
-        for key in ("n_layer", "n_head", "n_embd", "bias"):
-            if hasattr(model.config, key):
-                setattr(cfg, key, getattr(model.config, key))  # the checkpoint decides the architecture
-    if data_vocab > model.config.vocab_size:
-        raise UserError(f"the dataset's vocabulary ({data_vocab}) is larger than the model's "
-                        f"({model.config.vocab_size}); this checkpoint cannot read this data")
-    if cfg.block_size > model.config.block_size:
-        raise UserError(f"block_size={cfg.block_size} is longer than the checkpoint's {model.config.block_size}")
-    model.checkpointing = cfg.activation_checkpointing
-    return model
-
-
-def check_memory(cfg: TrainConfig, data_vocab: int, device: torch.device) -> None:
+def check_memory(cfg: TrainConfig, data_vocab: int, device: torch.device, announce: bool) -> None:
     """Refuse, before anything is allocated, settings that cannot fit: a lower bound of what training needs
-    (fp32 weights, gradients and one state tensor, and a fraction of the activations), against the device's free
-    memory. A run this lets through may still run out of memory; that is one error line too (``main``)."""
-    free = data_parallel.free_memory(device)
-    if free is None or cfg.init_from not in ("scratch", "auto"):
+    (fp32 weights, gradients and one state tensor, and a fraction of the activations), against what the device
+    has free, or on a CPU what the tightest of the machine and its cgroup limits (v1 or v2) leaves. A run this
+    lets through may still run out of memory; that is one error line too (``main``). On a GPU plan.py says more."""
+    free, source = data_parallel.free_memory(device)
+    if cfg.init_from not in ("scratch", "auto"):
+        return
+    if free is None:
+        if announce and device.type == "cpu":
+            print(f"note: the memory this process may use is unknown ({source}); the batch is not checked against it")
         return
     d, layers, vocab = cfg.n_embd, cfg.n_layer, dataset.model_vocab(data_vocab)
     params = 12 * layers * d * d + (vocab + cfg.block_size) * d
@@ -100,22 +72,8 @@ def check_memory(cfg: TrainConfig, data_vocab: int, device: torch.device) -> Non
     need = 4 * (3 * params + activations)
     if need > free:
         raise UserError(f"this model and batch need at least {need / 2**30:,.1f} GiB ({params:,} parameters, "
-                        f"{cfg.batch_size} x {cfg.block_size} tokens a micro-step) and {device} has "
-                        f"{free / 2**30:,.1f} GiB free; lower batch_size, block_size, n_embd or n_layer")
-
-
-def optimizer_kwargs(cfg: TrainConfig, announce: bool) -> dict:
-    """The config's optimizer settings that the chosen optimizer takes (SGD has no betas, ...).
-    Settings it does not take are dropped, with a note when they differ from the defaults."""
-    keys = dict(lr=("learning_rate",), betas=("beta1", "beta2"), weight_decay=("weight_decay",), eps=("eps",),
-                bias_correction=("bias_correction",))
-    accepted = hyperparameters(cfg.optimizer)
-    defaults = TrainConfig()
-    ignored = [k for arg, ks in keys.items() if arg not in accepted for k in ks if getattr(cfg, k) != getattr(defaults, k)]
-    if ignored and announce:
-        print(f"note: {cfg.optimizer} does not use {', '.join(ignored)}; those settings are ignored")
-    values = {arg: tuple(getattr(cfg, k) for k in ks) if len(ks) > 1 else getattr(cfg, ks[0]) for arg, ks in keys.items()}
-    return {arg: v for arg, v in values.items() if arg in accepted}
+                        f"{cfg.batch_size} x {cfg.block_size} tokens a micro-step) and {free / 2**30:,.1f} GiB are free "
+                        f"({source}); lower batch_size, block_size, n_embd or n_layer")
 
 
 def main(cfg: TrainConfig, explicit: set[str] | None = None) -> dict:
@@ -172,7 +130,9 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
     if device.type == "cpu":
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
     data = load_data(cfg, resume, main_rank)
-    check_memory(cfg, data["vocab_size"], device)
+    check_memory(cfg, data["vocab_size"], device, main_rank)
+    if device.type == "cuda" and not cfg.eval_only:  # the plan, before anything is allocated (rank 0 plans for all)
+        data_parallel.agree(lambda: plan.refuse_if_unfit(cfg, dist_.world_size, device))
     raw_model, model, autocast, optimizer, scaler, dtype = build(cfg, dist_, data["vocab_size"], resume)
     writes = main_rank and not cfg.eval_only  # an evaluation changes nothing in out_dir
     log = metrics.Log(out_dir, writes, held=folder.fresh)
@@ -235,17 +195,8 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
             lr = get_lr(it, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_scale", 1.0)
-            loss_sum = torch.zeros((), device=device)
-            for micro in range(micro_steps):
-                data_parallel.sync_gradients(model, micro == micro_steps - 1)  # reduce on the last micro-step only
-                with autocast:
-                    _, loss = model(*batch(dataset.TRAIN, it, micro * dist_.world_size + dist_.rank))
-                    loss = loss / micro_steps  # DDP averages the ranks' gradients
-                scaler.scale(loss).backward()
-                loss_sum += loss.detach()
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
-            grad_norm = data_parallel.full(grad_norm)  # FSDP2 returns this rank's part of the norm
+            batches = (batch(dataset.TRAIN, it, micro * dist_.world_size + dist_.rank) for micro in range(micro_steps))
+            loss_sum, grad_norm = gradients(model, batches, micro_steps, autocast, scaler, optimizer, params, cfg.grad_clip)
             # one sync per step: the global mean loss, and the norm (identical on every rank after DDP)
             train_loss, norm = (data_parallel.all_reduce_sum(torch.stack([loss_sum, grad_norm.float()]))
                                 / dist_.world_size).tolist()
@@ -274,6 +225,12 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
                 summary.update(eval_and_save(progress.iter))
         if not folder.committed and not cfg.eval_only:  # max_iters=0: an evaluation, then done
             commit()
+    except BaseException as e:  # the log's last line says why the run stopped (else it was killed: metrics.py)
+        if folder.committed and not cfg.eval_only and log.last_kind != "diverged":
+            with contextlib.suppress(Exception):
+                log.write("stopped", iter=progress.iter, reason="interrupted" if isinstance(e, KeyboardInterrupt)
+                          else str(e)[:300] if isinstance(e, UserError) else f"{type(e).__name__}: {e}"[:300])
+        raise
     finally:
         report.close()  # before any error message, so that message is the last line
 
@@ -296,7 +253,9 @@ def load_data(cfg: TrainConfig, resume: dict | None, main_rank: bool) -> dict:
 def build(cfg: TrainConfig, dist_: data_parallel.Dist, data_vocab: int, resume: dict | None):
     """(the model, the module a step calls, its autocast, the optimizer, the loss scaler, the dtype)."""
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
-    raw_model = build_model(cfg, data_vocab, resume).to(dist_.device)
+    raw_model = build_model(cfg, data_vocab, resume)
+    if not cfg.fsdp:  # (FSDP2 moves each block to the GPU as it shards it: the unsharded model is never there whole)
+        raw_model = raw_model.to(dist_.device)
     torch.manual_seed(cfg.seed + dist_.rank)  # dropout differs across ranks
     dtype = cfg.dtype
     if dtype == "auto":
@@ -381,7 +340,10 @@ def cli(argv: list[str]) -> int:
 
     def run():
         nonlocal cfg
-        cfg, explicit = configurator.load_explicit(argv)
+        planning, rest = plan.take_options(argv)
+        cfg, explicit = configurator.load_explicit(rest)
+        if planning:
+            return plan.main(cfg, **planning) and 0
         try:
             main(cfg, explicit)
         except KeyboardInterrupt:

@@ -60,11 +60,15 @@ def optimizer_settings(optimizer: str, adamw_lr: float) -> dict:
 # max_iters = lr_decay_iters = 600,000 iterations, and an evaluation every 1,000 iterations over 200
 # batches. The 600K cosine is an inference, and the paper reads two ways. (a) Its runs were launched
 # with the released configs and stopped at 100K or 300K iterations (Figure 4, Tables 3-4): the lr is
-# then still 94% of the peak at 100K (56% at 300K) and never reaches the "final learning rate
+# then still 94.2% of the peak at 100K (55.2% at 300K) and never reaches the "final learning rate
 # 0.1 x lr" the paper states. (b) The stated final lr is what its runs reached: a cosine that ends with
 # the run. The default here is (a), because the released configs are the only record of the runs
 # and nothing in the paper says they were edited; ``decay_iters=iters`` gives (b) (the ``_cosine100k``
-# variant files), also the better choice for a run of fixed length.
+# variant files), also the better choice for a run of fixed length. The released configs are not a
+# record of every run, though: the released configure_optimizers builds AdamS when opt == 'Lion', and
+# the released train.py reads ``learning_rate`` where the Lion config sets ``lr``, so the Lion config
+# as released trains AdamS at the default lr. For Lion, the settings here follow the paper (Section 4.1:
+# Chen et al.'s 0.1x lr and 10x weight decay, beta (0.95, 0.98)), not that file.
 AUTHORS_DECAY_ITERS = 600_000
 
 
@@ -118,50 +122,6 @@ LLAMA2_RUNS = {
     "13b": dict(n_layer=40, n_head=40, n_embd=5120, block_size=2048, batch_size=2, micro_steps=1, max_iters=30000,
                 warmup_iters=100, learning_rate=1e-4),  # 2 x 1 x 8 = 16 sequences x 2,048 = 32,768 tokens per step
 }
-LLAMA2_PARAMS = {"7b": 6_738_415_616, "13b": 13_015_864_320}
-
-
-def llama2_memory_gib(size: str, optimizer: str, gpus: int = 8, batch_size: int | None = None) -> dict:
-    """An estimate (not a measurement) of one GPU's memory in an FSDP2 bf16 run with activation
-    checkpointing, in GiB, as counted terms and a range of terms left out.
-
-    Counted (``total``): sharded over ``gpus``, fp32 parameters and gradients (4 + 4 bytes per parameter)
-    and the optimizer state (8 bytes for AdamW, 4 for AdamS, Lion and Adam-mini; the latter two as
-    measured by scripts/fsdp_state_bytes.py --device meta); not sharded, two blocks gathered in bf16,
-    each block's input kept for the backward pass, one block's activations recomputed (~34 values per
-    token and width, as Korthikanti et al. (2022) count without attention scores: flash attention keeps
-    none), and the logits (fp32, with their gradient). ``batch_size``: sequences per GPU per micro-step
-    (default: the run's). Without activation checkpointing the activations are ~n_layer times larger.
-
-    Left out (``omitted``: each a (low, high) guess, not counted): the CUDA context and library
-    workspaces (0.5-1 GiB), communication buffers (0.25-1.5 GiB), the unsharded fp32 gradient of one or
-    two blocks being reduce-scattered, the embedding and output weights gathered with their gradients
-    (none, if they are resharded like the blocks), the step's temporaries (none for a fused step, up to
-    one fp32 copy of the shard for a foreach one), and allocator slack (5-15% of the rest). ``low`` and
-    ``high`` are the totals with them. Every omitted term but the slack is the same for every optimizer:
-    they lower the share of memory an optimizer saves, not the bytes it saves."""
-    run, n = LLAMA2_RUNS[size], LLAMA2_PARAMS[size]
-    tokens, width = (batch_size or run["batch_size"]) * run["block_size"], run["n_embd"]
-    state = 8 if optimizer == "adamw" else 4
-    gib = 2**30
-    block = n / run["n_layer"]
-    parts = dict(
-        sharded=(4 + 4 + state) * n / gpus / gib,
-        gathered=2 * 2 * block / gib,
-        activations=(run["n_layer"] * tokens * width * 2 + 34 * tokens * width) / gib,
-        logits=3 * 4 * tokens * 32000 / gib,
-    )
-    total = sum(parts.values())
-    omitted = dict(
-        cuda_context=(0.5, 1.0),
-        communication=(0.25, 1.5),
-        reducing=(4 * block / gib, 2 * 4 * block / gib),
-        embeddings=(0.0, 2 * 32000 * width * (2 + 4) / gib),
-        step_temporaries=(0.0, 4 * n / gpus / gib),
-    )
-    low = (total + sum(lo for lo, _ in omitted.values())) * 1.05
-    high = (total + sum(hi for _, hi in omitted.values())) * 1.15
-    return dict(parts, total=total, omitted=omitted, low=low, high=high)
 
 
 def llama2_paper(size: str, optimizer: str) -> dict:

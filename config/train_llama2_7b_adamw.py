@@ -1,7 +1,7 @@
 """Llama 2 7B on C4 with AdamW: the AdamS paper's Section 4.2, Figure 1.
 
 4 sequences per GPU x 32 micro-steps x 8 GPUs = 1,024 sequences x 4,096 tokens = 4,194,304 tokens per step;
-8,000 steps. Memory per GPU, estimated (config/recipes.py): 25 GiB of 80.
+8,000 steps. Memory per GPU, planned on 8 H100s (results/plans): 28 GiB of 80.
 
     torchrun --standalone --nproc_per_node=8 train.py config/train_llama2_7b_adamw.py
 """

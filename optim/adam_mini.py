@@ -151,12 +151,14 @@ def _sharded_block_mean(g2_local: torch.Tensor, block: Block, p: DTensor) -> tup
     one float per row (an all-gather), or one float per tensor for the 'whole' rule.
     """
     from torch.distributed.tensor import DTensor, Shard  # imported here: see _momentum_only.is_dtensor
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     if len(p.placements) != 1 or not isinstance(p.placements[0], Shard) or p.placements[0].dim != 0:
         raise NotImplementedError(f"Adam-mini supports parameters sharded by rows (Shard(0)), got {p.placements}")
-    local_shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
-    rows = slice(offset[0], offset[0] + local_shape[0])
+    # Shard(0) cuts the rows as torch.chunk does: ceil(rows / ranks) each, the last ranks' shorter or empty
+    chunk = -(-p.shape[0] // p.device_mesh.size())
+    start = min(p.device_mesh.get_local_rank() * chunk, p.shape[0])
+    rows = slice(start, min(start + chunk, p.shape[0]))
+    local_shape = (rows.stop - rows.start, *p.shape[1:])
     group = p.device_mesh.get_group()
     if block.rule == "whole":
         total = g2_local.sum().reshape(1)
@@ -173,7 +175,8 @@ def expand_blocks(values: torch.Tensor, block: Block, ndim: int) -> torch.Tensor
     if block.rule == "whole":
         return values.reshape((1,) * ndim)
     repeats = torch.tensor([r for r, n in block.segments for _ in range(n)], device=values.device)
-    expanded = torch.repeat_interleave(values, repeats)
+    # the output's length given: repeat_interleave would otherwise read the repeats back from the GPU (a sync)
+    expanded = torch.repeat_interleave(values, repeats, output_size=sum(r * n for r, n in block.segments))
     return expanded.view(1, -1) if block.transposed else expanded.view(-1, *([1] * (ndim - 1)))
 
 
@@ -248,25 +251,15 @@ class AdamMini(Optimizer):
         transposed: Collection[str] = (),
     ):
         check_hyperparameters(lr, betas, weight_decay, eps)
+        self._blocks: dict[torch.Tensor, Block] = {}
+        self._partition_args = (n_head, tuple(rules), default_rule, frozenset(transposed))
         groups = list(params)
         if groups and not isinstance(groups[0], dict):
             groups = [{"params": groups}]
-        blocks: dict[torch.Tensor, Block] = {}
-        for group in groups:
-            named = list(group["params"])
-            if not all(isinstance(item, tuple) and len(item) == 2 for item in named):
-                raise ValueError("AdamMini needs parameter names: pass model.named_parameters(), or groups of (name, param) pairs")
-            for block, (name, p) in zip(partition(named, n_head, rules, default_rule, transposed), named):
-                if p.is_complex():
-                    raise ValueError(f"AdamMini does not support complex parameters ({name} is {p.dtype}): its block "
-                                     "statistics are defined for real tensors; use AdamW or AdamS for this model")
-                blocks[p] = block
-            group["params"] = [p for _, p in named]
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-        super().__init__(groups, defaults)
-        self._blocks = blocks
+        super().__init__(groups, defaults)  # (each group through add_param_group, which partitions it)
         counts: dict[str, int] = {}
-        for block in blocks.values():
+        for block in self._blocks.values():
             counts[block.rule] = counts.get(block.rule, 0) + 1
         log.info("Adam-mini partition: %s", ", ".join(f"{n} tensors '{rule}'" for rule, n in sorted(counts.items())))
 
@@ -287,8 +280,23 @@ class AdamMini(Optimizer):
         return cls(param_groups(model, weight_decay, named=True), **kwargs)
 
     def add_param_group(self, param_group: dict) -> None:
+        """A group of (name, parameter) pairs, partitioned by the rules the optimizer was built with."""
+        named = param_group["params"]
+        named = [named] if isinstance(named, tuple) and len(named) == 2 and isinstance(named[0], str) else list(named)
+        if not all(isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) for item in named):
+            raise ValueError("AdamMini needs parameter names: pass model.named_parameters(), or groups of (name, param) "
+                             "pairs, to AdamMini and to add_param_group")
+        blocks = partition(named, *self._partition_args)
+        for name, p in named:
+            if p.is_complex():
+                raise ValueError(f"AdamMini does not support complex parameters ({name} is {p.dtype}): its block "
+                                 "statistics are defined for real tensors; use AdamW or AdamS for this model")
         check_group({**self.defaults, **param_group})  # a group's own values are held to the rules of the defaults
-        super().add_param_group(param_group)
+        super().add_param_group({**param_group, "params": [p for _, p in named]})
+        self._blocks.update((p, block) for block, (_, p) in zip(blocks, named))
+
+    def __getstate__(self) -> dict:  # copy.deepcopy and pickle keep the partition with the parameters it names
+        return {**super().__getstate__(), "_blocks": self._blocks, "_partition_args": self._partition_args}
 
     def load_state_dict(self, state_dict: dict) -> None:
         def shapes(p):
