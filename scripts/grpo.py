@@ -14,8 +14,11 @@ paper's Figure 5 (TinyZero's R1-Zero replication), at CPU scale or at the paper'
         --out out/grpo_tinyzero_qwen3b
 
 ``--preset cpu`` (the default) is a small-scale run for a CPU. ``--preset tinyzero``
-is TinyZero's Countdown setup (Pan et al., 2025: its problems, prompt and reward, and from its
-scripts/train_tiny_zero.sh the batch, lengths and lr) trained with GRPO as the veRL GRPO examples
+is TinyZero's Countdown setup (Pan et al., 2025: its prompt and reward, and from its
+scripts/train_tiny_zero.sh the batch, lengths and lr) on problems of its sizes (3 or 4 numbers up to
+99) generated here, which are easier in structure than its Hub dataset's: each is solvable left to
+right in the order its numbers are listed, with a target up to 100 (data/countdown/task.py). Trained
+with GRPO as the veRL GRPO examples
 shipped inside TinyZero set it (examples/grpo_trainer/*.sh: TinyZero's own script runs PPO, with a
 critic), which the paper kept ("all other hyperparameters maintained as in the original project"):
 AdamW lr 1e-6, β (0.9, 0.999), weight decay 0.01 (veRL's AdamW defaults); 256 prompts a rollout,
@@ -23,7 +26,11 @@ AdamW lr 1e-6, β (0.9, 0.999), weight decay 0.01 (veRL's AdamW defaults); 256 p
 one pass (ppo_epochs 1), clip 0.2, gradient clip 1.0; the KL to the starting policy as a loss term
 at 0.001 (use_kl_loss, the low-variance k3 estimator, as TRL's); responses of up to 1,024 tokens
 sampled at temperature 1; a constant lr; TinyZero's prompt for base models; 15 epochs of the
-training problems; the test set scored every 100 rollouts (400 steps). The batch is the preset's at
+training problems; the test set scored every 100 rollouts (400 steps). TinyZero's veRL counts its
+micro-batch in prompts, ``--micro-batch`` here counts completions. Two of TRL's defaults that veRL
+does not share are off, as TinyZero trains: ``use_bias_correction_kl`` (the KL term multiplied by the
+importance ratio) and ``vllm_importance_sampling_correction`` (a correction for vLLM's own
+log-probabilities); run.json records both. veRL clamps the k3 KL estimate to ±10, TRL does not. The batch is the preset's at
 any process count that divides it (each process takes its share; run.json records
 prompts_per_rollout, prompts_per_step, steps_per_rollout and epochs). Left as TRL has them: the
 loss is TRL's token mean per micro-batch (``bnpo``, veRL's masked mean); TinyZero's entropy bonus
@@ -50,13 +57,18 @@ completion's advantage is its reward minus the group's mean, over the group's st
 deviation; the loss is the clipped policy-gradient surrogate averaged per sequence (TRL's
 ``loss_type="grpo"``), no KL term by default (``--beta``). The reward is TinyZero's rule
 (data/countdown/task.py: 1 right, 0.1 well-formed, 0 none, on the last line of the completion up to
-its end-of-sequence token; an expression too large to evaluate safely, such as ``9**9**9``, scores 0.1). Every ``--eval-every`` steps, and
-before the first, the policy answers the test problems greedily; the mean reward is the curve.
+its end-of-sequence token; an expression too large to evaluate safely, such as ``9**9**9``, scores 0.1),
+read from the completion's token ids the same way in training and in evaluation (``completion_text``).
+
+Two curves, both by optimizer step: the mean reward of each step's sampled training rollouts, the
+quantity the paper's Figure 5 plots ("mean critic scores": veRL's ``critic/score/mean``, logged by TRL
+as ``reward`` at the step its rollout was sampled), and the greedy test reward: every ``--eval-every``
+steps, and before the first, the policy answers the test problems greedily.
 
 A run writes OUT/metrics.jsonl (kind 'eval': step, test_reward, test_accuracy; kind 'train':
-TRL's logs). ``--compare`` runs 3 optimizers x the seeds (skipping finished runs; ``--adams-lr``
-adds AdamS at a learning rate of its own) and writes OUT/summary.csv and OUT/summary.png: the
-mean test reward by step, mean ± std over seeds.
+TRL's logs, every step). ``--compare`` runs 3 optimizers x the seeds (skipping finished runs; ``--adams-lr``
+adds AdamS at a learning rate of its own) and writes OUT/summary.csv and OUT/summary.png: both curves,
+mean ± std over seeds (the training reward's as a trailing mean of SMOOTH rollouts), in two panels.
 """
 
 from __future__ import annotations
@@ -94,6 +106,10 @@ PRESETS = {
                      max_completion_length=1024, beta=0.001, loss_type="bnpo", eval_every=400, template="tinyzero",
                      gradient_checkpointing=True, test_problems=1024),
 }
+
+
+# TRL defaults that change the objective from the one TinyZero's veRL trains: off, as there (run.json records them)
+AS_VERL = dict(use_bias_correction_kl=False, vllm_importance_sampling_correction=False)
 
 
 def optimizer_spec(name: str, lr: float, weight_decay: float = 0.01) -> tuple[type, dict]:
@@ -137,6 +153,31 @@ def use_vllm(choice: str, device: str) -> bool:
     if choice == "on" and not (installed and device == "cuda"):
         raise UserError("--vllm on needs vLLM installed (pip install vllm) and a CUDA GPU; use --vllm auto")
     return installed and device == "cuda"
+
+
+def memory_lines(args, optimizer_name: str, processes: int, device: str, kind: str | None = None,
+                 tokenizer=None) -> list[str]:
+    """scripts/_grpo_memory.py's count for this run, before its weights are loaded (an FSDP launch that would
+    gather the whole model is refused here). ``kind``: a GPU kind to plan for (default: this GPU's, if known)."""
+    import plan
+    from scripts import _grpo_memory as grpo_memory
+
+    shape = grpo_memory.shape(args.model)
+    grpo_memory.check_sharding(shape)
+    fsdp, per_layer = grpo_memory.launch_sharding()
+    if kind is None and device == "cuda":
+        name = torch.cuda.get_device_name()
+        kind = next((k for k, gpu in plan.KINDS.items() if gpu.name in name or name in gpu.name), None)
+    gpu = plan.KINDS.get(kind)
+    longest = make_prompt(dict(numbers=[99] * 4, target=999), args.template)  # the longest a problem can spell
+    vllm = args.vllm == "on" or (args.vllm == "auto" and (device == "cuda" or kind is not None))
+    terms = grpo_memory.estimate(
+        shape, gpu.total if gpu else 0, processes, optimizer_name, args.beta, vllm and gpu is not None,
+        batch_plan(args, processes, 1)["per_device_train_batch_size"], grpo_memory.prompt_length(longest, tokenizer),
+        args.max_completion_length, args.generation_prompts or args.prompts, args.generations,
+        args.gradient_checkpointing, fsdp or (kind is not None and processes > 1), per_layer or not fsdp)
+    where = f"on {processes} x {kind}" + (" with FSDP per decoder layer" if processes > 1 else "") if gpu else ""
+    return grpo_memory.lines(terms, gpu.usable(processes) if gpu else None, where)
 
 
 def make_prompt(problem: dict, template: str) -> str:
@@ -212,23 +253,27 @@ def evaluate(model, tokenizer, problems: list[dict], max_new_tokens: int, batch:
         texts = [make_prompt(p, template) for p in chunk]
         enc = tokenizer(texts, return_tensors="pt", padding=True).to(model.device)
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
-        answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)
-        rewards += reward_fn(texts, answers, [p["numbers"] for p in chunk], [p["target"] for p in chunk],
-                             eos=end_text(tokenizer))
+        rewards += rewards_of(tokenizer, out[:, enc["input_ids"].shape[1]:].tolist(), [p["numbers"] for p in chunk],
+                              [p["target"] for p in chunk])
     model.train(was_training)
     return dict(test_reward=statistics.mean(rewards), test_accuracy=sum(r == 1.0 for r in rewards) / len(rewards))
 
 
-def end_text(tokenizer) -> str:
-    """The end-of-sequence token as it reads in decoded text: a byte-level policy's is the newline, whose token is
-    spelled 'Ċ' (GPT-2's byte alphabet), so splitting a decoded completion on ``eos_token`` would never cut it."""
-    return tokenizer.decode([tokenizer.eos_token_id])
+def completion_text(tokenizer, ids: list[int]) -> str:
+    """A completion as the reward reads it, in training (TRL's sampled ids) and in evaluation (generate's) alike:
+    its tokens before the first end-of-sequence token, decoded with special tokens kept, as veRL decodes what
+    TinyZero scores. TinyZero keeps the end token's text too; cut here, it changes no score (it ends the last
+    line, which no answer follows), except for a byte-level policy, whose end is the newline: kept, the last line
+    would always be empty."""
+    ids = list(ids)
+    if tokenizer.eos_token_id in ids:
+        ids = ids[: ids.index(tokenizer.eos_token_id)]
+    return tokenizer.decode(ids, skip_special_tokens=False)
 
 
-def reward_fn(prompts, completions, numbers, target, eos: str | None = None, **kwargs) -> list[float]:
-    """TinyZero's reward of each completion, on its text up to its end-of-sequence token (which veRL's decoding
-    leaves out; a byte-level policy's is the newline, an ordinary token that TRL's decoding keeps)."""
-    return [score(c.split(eos)[0] if eos else c, n, t) for c, n, t in zip(completions, numbers, target)]
+def rewards_of(tokenizer, completion_ids, numbers, target) -> list[float]:
+    """TinyZero's reward (data/countdown/task.py ``score``) of each completion, from its token ids."""
+    return [score(completion_text(tokenizer, ids), n, t) for ids, n, t in zip(completion_ids, numbers, target)]
 
 
 def flat(rewards: list[float], generations: int) -> bool:
@@ -324,6 +369,10 @@ def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, proc
 
     torch.manual_seed(seed)
     dtype = resolve_dtype(args.dtype, device)
+    check_policy(str(args.model))
+    said = memory_lines(args, optimizer_name, processes, device)
+    if staged is not None:
+        print("\n".join(said), flush=True)
     model, tokenizer = load_policy(args.model)
     train_problems = read_problems(args.data / "rl_train.jsonl")
     test_problems = read_problems(args.data / "test.jsonl")[:args.test_problems]
@@ -375,17 +424,17 @@ def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, proc
         config = GRPOConfig(
             output_dir=scratch, num_generations=args.generations, **plan,
             max_completion_length=args.max_completion_length, temperature=1.0, beta=args.beta, loss_type=args.loss_type,
-            logging_steps=args.eval_every, save_strategy="no", report_to=[], use_cpu=device == "cpu",
+            logging_steps=1,  # every step: its rollout's mean reward, Figure 5's quantity
+            save_strategy="no", report_to=[], use_cpu=device == "cpu",
             bf16=dtype == "bfloat16", **{checkpointing: args.gradient_checkpointing}, seed=seed, data_seed=seed,
-            disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant",
+            disable_tqdm=True, learning_rate=lr, lr_scheduler_type="constant", dataloader_pin_memory=device == "cuda",
             **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.4) if vllm else {}),
+            **{k: v for k, v in AS_VERL.items() if k in fields},
         )
         rollouts = dict(scored=0, flat=0)
 
-        end = end_text(tokenizer)
-
-        def countdown_reward(prompts, completions, numbers, target, **kwargs):  # (TRL logs it by this name)
-            rewards = reward_fn(prompts, completions, numbers, target, eos=end)
+        def countdown_reward(prompts, completions, completion_ids, numbers, target, **kwargs):  # (TRL logs this name)
+            rewards = rewards_of(tokenizer, completion_ids, numbers, target)  # the ids, not TRL's decoded text
             rollouts["scored"] += 1
             if flat(rewards, args.generations):
                 rollouts["flat"] += 1
@@ -405,7 +454,9 @@ def train_run(args, optimizer_name: str, seed: int, lr: float, device: str, proc
     meta = dict(optimizer=optimizer_name, seed=seed, lr=lr, steps=plan["max_steps"], weight_decay=args.weight_decay,
                 preset=args.preset, device=device, dtype=dtype, processes=trainer.accelerator.num_processes,
                 **effective_batch(config, trainer.accelerator.num_processes, args.generations, len(train_problems)),
-                scored_batches=rollouts["scored"], flat_batches=rollouts["flat"], done=True)
+                scored_batches=rollouts["scored"], flat_batches=rollouts["flat"],
+                trl={k: getattr(config, k) for k in (*AS_VERL, "loss_type", "beta", "epsilon", "scale_rewards")
+                     if hasattr(config, k)}, done=True)
     if staged is not None and rollouts["flat"]:
         print(f"{rollouts['flat']} of the {rollouts['scored']} scored batches were flat (no advantage, no gradient)")
     return records, meta
@@ -449,43 +500,68 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+SMOOTH = 10  # rollouts in the trailing mean of the training reward's curve
+
+
 def summarize(root: Path, optimizers, seeds) -> list[dict]:
-    """Mean ± std of the test reward over seeds, by optimizer and step; CSV and PNG."""
+    """By optimizer and step, mean ± std over seeds of two quantities: ``train``, the mean reward of the training
+    rollouts (the paper's Figure 5: veRL's ``critic/score/mean``, which TRL logs as ``reward`` at the step its
+    rollout was sampled), and ``test``, the greedy test reward (with its accuracy); CSV and PNG."""
     rows = []
     for name in optimizers:
-        runs = [eval_records(root / f"{name}_seed={s}") for s in seeds if finished(root / f"{name}_seed={s}")]
-        if not runs:
+        done = [root / f"{name}_seed={s}" for s in seeds if finished(root / f"{name}_seed={s}")]
+        if not done:
             continue
-        for step in sorted(set.intersection(*({r["step"] for r in run} for run in runs))):
-            values = [next(r["test_reward"] for r in run if r["step"] == step) for run in runs]
-            acc = [next(r["test_accuracy"] for r in run if r["step"] == step) for run in runs]
-            rows.append(dict(optimizer=name, step=step, n=len(values), reward_mean=statistics.mean(values),
-                             reward_std=statistics.stdev(values) if len(values) > 1 else 0.0,
-                             accuracy_mean=statistics.mean(acc)))
+        for quantity, key in (("train", "reward"), ("test", "test_reward")):
+            kind = "train" if quantity == "train" else "eval"
+            runs = [{r["step"]: r for r in records_of(run) if r.get("kind") == kind and key in r} for run in done]
+            for step in sorted(set.intersection(*(set(run) for run in runs))):
+                values = [run[step][key] for run in runs]
+                rows.append(dict(optimizer=name, quantity=quantity, step=step, n=len(values),
+                                 reward_mean=statistics.mean(values),
+                                 reward_std=statistics.stdev(values) if len(values) > 1 else 0.0,
+                                 accuracy_mean=statistics.mean(run[step]["test_accuracy"] for run in runs)
+                                 if quantity == "test" else ""))
     folders.write_atomic(root / "summary.csv", csv_bytes(rows))
     plot(rows, root / "summary.png")
     return rows
 
 
+def records_of(run: Path) -> list[dict]:
+    from metrics import records
+
+    return records(run / "metrics.jsonl")
+
+
+def trailing_mean(values: list[float], window: int) -> list[float]:
+    return [statistics.mean(values[max(0, i + 1 - window):i + 1]) for i in range(len(values))]
+
+
 def plot(rows: list[dict], path: Path) -> None:
+    """Figure 5 as the paper plots it (the training rollouts' mean reward), beside the greedy test reward."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     labels = {"adamw": "AdamW", "adams": "AdamS (AdamW's lr)", "lion": "Lion (0.1x lr, 10x wd)"}
-    for name in dict.fromkeys(r["optimizer"] for r in rows):
-        mine = [r for r in rows if r["optimizer"] == name]
-        steps = [r["step"] for r in mine]
-        mean = [r["reward_mean"] for r in mine]
-        std = [r["reward_std"] for r in mine]
-        label = labels.get(name, name.replace("adams_lr=", "AdamS at lr "))
-        ax.plot(steps, mean, label=f"{label} (n={mine[0]['n']})")
-        ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2)
-    ax.set(xlabel="GRPO step", ylabel="mean reward on the test problems (greedy)",
-           title="GRPO on Countdown (mean ± std over seeds)")
-    ax.legend()
+    for ax, quantity in zip(axes, ("train", "test")):
+        for name in dict.fromkeys(r["optimizer"] for r in rows):
+            mine = [r for r in rows if r["optimizer"] == name and r["quantity"] == quantity]
+            if not mine:
+                continue
+            steps, mean, std = ([r[k] for r in mine] for k in ("step", "reward_mean", "reward_std"))
+            if quantity == "train":
+                mean, std = trailing_mean(mean, SMOOTH), trailing_mean(std, SMOOTH)
+            label = labels.get(name, name.replace("adams_lr=", "AdamS at lr "))
+            ax.plot(steps, mean, label=f"{label} (n={mine[0]['n']})")
+            ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2)
+        ax.legend()
+    axes[0].set(xlabel="GRPO step", ylabel="mean reward of the training rollouts",
+                title=f"Figure 5's quantity: sampled rollouts (trailing mean of {SMOOTH})")
+    axes[1].set(xlabel="GRPO step", ylabel="mean reward on the test problems (greedy)", title="test problems, greedy")
+    fig.suptitle("GRPO on Countdown (mean ± std over seeds)")
     fig.tight_layout()
     folders.write_atomic(path, figure_bytes(fig, dpi=130))
 
@@ -529,6 +605,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=cli.seed, nargs="+", default=[1, 2, 3])
     parser.add_argument("--adams-lr", type=cli.nonnegative, metavar="LR",
                         help="with --compare: AdamS at this lr of its own too (runs adams_lr=LR_seed=S), in the figure")
+    parser.add_argument("--plan", type=cli.text("a GPU kind, optionally xN"), metavar="KIND[xN]",
+                        help="print the memory each process needs on N GPUs of KIND (h100-80gb, h200-141gb, a100-40gb, "
+                             "a100-80gb; N > 1: FSDP per decoder layer) and stop; MODEL needs only its config.json")
     parser.add_argument("--table", nargs="+", type=cli.text("a run folder"), metavar="RUN",
                         help="print a markdown table of finished runs (start, best and final test reward) and stop")
     parser.show_sets(PRESETS, "preset")
@@ -555,6 +634,15 @@ def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
         return rows
     if args.model is None:
         raise UserError("MODEL is required (a Hugging Face model directory; export.py writes one)")
+    if args.plan:
+        from scripts._grpo_memory import parse_target
+
+        kind, processes = parse_target(args.plan)
+        said = []
+        for name in COMPARED if args.compare else (args.optimizer,):
+            said += [f"{name}: {line}" for line in memory_lines(args, name, processes, "cuda", kind)]
+        print("\n".join(said))
+        return said
     if not (args.data / "test.jsonl").is_file():
         raise UserError(f"{args.data} has no test.jsonl; run python -m data.countdown.prepare first")
 
@@ -562,9 +650,10 @@ def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
         model, tokenizer = load_policy(args.model)
         import data_parallel
 
+        problems = read_problems(args.data / "test.jsonl")[:args.test_problems]
+        check_context(model, tokenizer, [make_prompt(p, args.template) for p in problems[:64]], args.max_completion_length)
         model.to(data_parallel.resolve_device(args.device))
-        result = evaluate(model, tokenizer, read_problems(args.data / "test.jsonl")[:args.test_problems],
-                          args.max_completion_length, template=args.template)
+        result = evaluate(model, tokenizer, problems, args.max_completion_length, template=args.template)
         print(json.dumps(result))
         return result
     if not args.compare:
@@ -584,7 +673,7 @@ def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
         return []
     rows = summarize(args.out, [label for label, _, _ in compared], args.seeds)
     last = max(r["step"] for r in rows)
-    for r in (r for r in rows if r["step"] in (0, last)):
+    for r in (r for r in rows if r["quantity"] == "test" and r["step"] in (0, last)):
         print(f"{r['optimizer']:6} step {r['step']:4}: test reward {r['reward_mean']:.3f} ± {r['reward_std']:.3f} "
               f"(accuracy {r['accuracy_mean']:.3f}, n={r['n']})")
     print(f"wrote {args.out / 'summary.csv'} and {args.out / 'summary.png'}")

@@ -144,6 +144,74 @@ def test_adversarial_answers_are_parsed_never_executed(answer, tmp_path, monkeyp
     assert not list(tmp_path.iterdir())
 
 
+# The cases a probe of the reward found (each used to raise, hang or take seconds), with TinyZero's score: its
+# validate_equation catches the int-string limit (0.1); eval finishes 1**2**3**9 (2**19,683, then 1) and a long
+# padded answer; eval fails on 2,500 unary signs (0.1); 12,500 unclosed <answer> tags hold no answer (0)
+ADVERSARIAL = [
+    ("<answer>" + "1" * 5000 + "</answer>", [1], 1, 0.1),  # past Python's 4,300-digit int-string limit
+    ("<answer>" + "-" * 2500 + "1+2+3</answer>", [1, 2, 3], 4, 0.1),  # past the compiler's nesting limit
+    ("<answer>" + "- " * 900 + "1+2+3</answer>", [1, 2, 3], 6, 1.0),  # within it: computed
+    ("<answer>" * 12_500 + "1", [1], 1, 0.0),  # quadratic for the pattern, linear for the scan
+    ("<answer>1**2**3**9</answer>", [1, 2, 3, 9], 1, 1.0),  # a tower eval finishes at once
+    ("<answer>1" + " " * 10_001 + "+2</answer>", [1, 2], 3, 1.0),  # a long answer eval reads at once
+    ("<answer>" + "(" * 300 + "1" + ")" * 300 + "</answer>", [1], 1, 0.1),  # too many parentheses for Python
+]
+
+
+@pytest.mark.parametrize("text, numbers, target, expected", ADVERSARIAL)
+def test_the_reward_on_hostile_completions_is_tinyzeros_at_once_and_never_raises(text, numbers, target, expected):
+    import time
+
+    start = time.perf_counter()
+    assert score(text, numbers, target) == expected
+    assert time.perf_counter() - start < 0.05
+
+
+def tinyzeros_rule(text: str, numbers, target) -> float | None:
+    """An independent statement of TinyZero's rule (its countdown.py, described above TINYZERO) with Python's eval,
+    for texts this test draws (short, at most one power: eval finishes); None where it would need a listed bound."""
+    line = text.split("\n")[-1]
+    found = re.findall(r"<answer>(.*?)</answer>", line)
+    if not found:
+        return 0.0
+    answer = found[-1].strip()
+    try:
+        if sorted(int(n) for n in re.findall(r"\d+", answer)) != sorted(numbers):
+            return 0.1
+    except ValueError:
+        return 0.1
+    if not re.match(r"^[\d+\-*/().\s]+$", answer):
+        return 0.1
+    try:
+        value = eval(answer, {"__builtins__": None}, {})  # only digits, operators, parentheses, dots and spaces
+        return 1.0 if abs(value - target) < 1e-5 else 0.1
+    except Exception:
+        return 0.1
+
+
+PIECES = ["<answer>", "</answer>", "\n", " ", "1", "2", "3", "7", "+", "-", "*", "/", "**", "(", ")", ".", "x", "é"]
+
+
+def test_the_reward_never_raises_on_any_text_and_equals_tinyzeros_rule():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=400, deadline=None, derandomize=True)
+    @given(st.one_of(st.text(max_size=200), st.lists(st.sampled_from(PIECES), max_size=40).map("".join)),
+           st.lists(st.integers(0, 9), min_size=1, max_size=4), st.integers(-20, 100))
+    def check(text, numbers, target):
+        import time
+
+        start = time.perf_counter()
+        got = score(text, numbers, target)
+        assert time.perf_counter() - start < 0.05
+        assert got in (0.0, 0.1, 1.0)
+        if text.count("**") <= 1:  # (a tower of powers could run eval for hours: the bound's case)
+            assert got == tinyzeros_rule(text, numbers, target), text
+
+    check()
+
+
 def test_evaluation_is_pythons_arithmetic_without_eval():
     # the values Python's own arithmetic gives, written out by hand
     assert evaluate("(1 + 2) / 3 * 3") == 3.0 and evaluate("7 / 2") == 3.5 and evaluate("7 // 2") == 3
@@ -201,17 +269,30 @@ def test_grpo_two_steps_with_each_optimizer(optimizer, tiny_policy, tmp_path):
     assert grpo.finished(out)
 
 
-@pytest.mark.parametrize("skip_special_tokens", [True, False])  # TRL's decoding and grpo.evaluate's
-def test_a_byte_level_policys_completion_is_scored_up_to_its_newline(tiny_policy, skip_special_tokens):
+def test_a_byte_level_policys_completion_is_scored_up_to_its_newline(tiny_policy):
     # export.py's byte-level policy ends a completion with the newline, whose token GPT-2's byte alphabet
-    # spells 'Ċ': the reward must cut the decoded text at "\n", or TinyZero's last-line rule sees an empty line
+    # spells 'Ċ': the reward must end the completion there, or TinyZero's last-line rule sees an empty line
     from scripts import grpo
 
     _, tokenizer = grpo.load_policy(tiny_policy / "hf")
     ids = tokenizer(" <answer>(1 + 2) * 3</answer>\n<answer>7</answer>")["input_ids"]  # the end, then more
-    text = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
-    assert grpo.reward_fn([""], [text], [[1, 2, 3]], [9], eos=grpo.end_text(tokenizer)) == [1.0]
-    assert grpo.reward_fn([""], [text], [[1, 2, 3]], [9]) == [0.1]  # TinyZero's rule on the uncut text: last line
+    assert grpo.completion_text(tokenizer, ids) == " <answer>(1 + 2) * 3</answer>"
+    assert grpo.rewards_of(tokenizer, [ids], [[1, 2, 3]], [9]) == [1.0]
+
+
+def test_training_and_evaluation_score_the_same_text(tiny_qwen2):
+    # TRL hands the reward its sampled ids and its own decoding with special tokens skipped; evaluation decodes
+    # generate()'s ids with them kept. Both are scored from the ids, by one rule: up to the end token, specials kept
+    from transformers import AutoTokenizer
+
+    from scripts import grpo
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen2 / "hf")
+    tokenizer.eos_token = "<|endoftext|>"
+    body = tokenizer(" <answer>1+2</answer>")["input_ids"]
+    sampled = body + [tokenizer.eos_token_id] + tokenizer("<answer>9</answer>")["input_ids"]  # padding after the end
+    assert grpo.completion_text(tokenizer, sampled) == " <answer>1+2</answer>"
+    assert grpo.rewards_of(tokenizer, [sampled], [[1, 2]], [3]) == [1.0]
 
 
 def test_a_flat_rollout_is_every_group_alike():
@@ -239,7 +320,7 @@ def test_a_flat_grpo_run_says_why_once_and_its_redirected_log_holds_our_lines(ti
     assert (meta["scored_batches"], meta["flat_batches"]) == (2, 2)
     # our lines only: no progress bars, no dicts of the trainer's numbers, no known-harmless warnings
     lines = text.splitlines()
-    ours = ("adams seed 1 step ", "note: every prompt", "2 of the 2 scored")
+    ours = ("GRPO memory per process, counted (MiB): ", "adams seed 1 step ", "note: every prompt", "2 of the 2 scored")
     assert all(line.startswith(ours) for line in lines), text
 
 
@@ -264,14 +345,19 @@ def test_grpo_compare_summarizes_mean_and_std(tiny_policy, tmp_path):
         for seed, reward in ((1, 0.1), (2, 0.3)):
             out = tmp_path / f"{name}_seed={seed}"
             out.mkdir()
-            (out / "metrics.jsonl").write_text("".join(json.dumps(dict(kind="eval", step=s, test_reward=reward + s,
-                                                                        test_accuracy=0.0)) + "\n" for s in (0, 5)))
+            (out / "metrics.jsonl").write_text(
+                "".join(json.dumps(dict(kind="eval", step=s, test_reward=reward + s, test_accuracy=0.0)) + "\n" for s in (0, 5))
+                + "".join(json.dumps(dict(kind="train", step=s, reward=reward * s, loss=0.0)) + "\n" for s in (1, 2, 3, 4, 5)))
             (out / "run.json").write_text(json.dumps(dict(optimizer=name, seed=seed, lr=1e-4, steps=5, done=True)))
     rows = grpo.main([str(tiny_policy / "hf"), "--compare", "--adams-lr", "3e-5", "--seeds", "1", "2",
                       "--data", str(tiny_policy / "data"), "--out", str(tmp_path)])  # every run finished: summarizes
     assert {r["optimizer"] for r in rows} == {"adamw", "adams", "lion", "adams_lr=3e-05"}
-    row = next(r for r in rows if r["optimizer"] == "adams" and r["step"] == 5)
+    row = next(r for r in rows if r["optimizer"] == "adams" and r["step"] == 5 and r["quantity"] == "test")
     assert row["reward_mean"] == pytest.approx(5.2) and row["reward_std"] == pytest.approx(2**0.5 / 10)  # 5.1, 5.3
+    # Figure 5's own quantity: the training rollouts' mean reward (TRL's logged 'reward'), at every step it was logged
+    train = [r for r in rows if r["optimizer"] == "adams" and r["quantity"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4, 5]
+    assert [r["reward_mean"] for r in train] == pytest.approx([0.2 * s for s in (1, 2, 3, 4, 5)])  # 0.1s and 0.3s
     assert (tmp_path / "summary.png").exists()
     table = grpo.main(["--table", str(tmp_path / "lion_seed=2"), str(tmp_path / "lion_seed=1")])
     assert "| lion | 2 | 5.200 ± 0.141 | 2.700 ± 0.141 |" in grpo.markdown(table)  # mean ± std over the seeds
@@ -375,6 +461,10 @@ def test_grpo_tinyzero_preset_runs_end_to_end_on_a_tiny_qwen2(tiny_qwen2, tmp_pa
     assert meta["dtype"] == ("bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32")
     trained = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any(r["kind"] == "train" and r.get("learning_rate") == pytest.approx(1e-6) for r in trained)
+    # TRL's defaults that TinyZero's veRL does not share are off, and said
+    assert meta["trl"]["use_bias_correction_kl"] is False and meta["trl"]["vllm_importance_sampling_correction"] is False
+    # Figure 5's quantity, once a rollout: one rollout of 4 prompts fed both steps of 2, so one point, at step 1
+    assert [r["step"] for r in trained if r["kind"] == "train" and "reward" in r] == [1]
 
 
 def test_grpo_under_torchrun_builds_our_optimizer_in_the_trainer_and_writes_once(tiny_qwen2, tmp_path):
@@ -464,3 +554,49 @@ def test_grpo_refuses_a_folder_another_live_run_is_writing(tiny_policy, tmp_path
     finally:
         lock.release()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, the holder's lock gone with it
+
+
+def test_grpo_plans_memory_from_a_folder_holding_only_a_config(tmp_path, capsys):
+    # no weights, no tokenizer, no data: the parameters counted on the meta device, each term by hand below
+    pytest.importorskip("trl")
+    import transformers
+
+    from scripts import _grpo_memory as grpo_memory
+    from scripts import grpo
+
+    config = transformers.Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    config.save_pretrained(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    said = grpo.main([str(tmp_path), "--preset", "tinyzero", "--optimizer", "adams", "--plan", "h100-80gb"])
+    assert said[0].startswith("adams: GRPO memory per process, counted (GiB): weights ") and "fits on 1 x h100-80gb" in said[1]
+    # embeddings 1000 x 64 (tied); a layer: q 64x64+64, k and v 64x32+32 each, o 64x64, MLP 3 x 64x128, 2 norms of 64
+    layer = (64 * 64 + 64) + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64
+    shape = grpo_memory.shape(str(tmp_path))
+    assert shape.parameters == 1000 * 64 + 2 * layer + 64 and shape.kv_width == 2 * 2 * 16
+    terms = grpo_memory.estimate(shape, 80 << 30, 1, "adamw", beta=0.001, vllm=True, micro_batch=8, prompt_tokens=100,
+                                 completion_tokens=1024, generation_prompts=256, generations=5, checkpointing=True,
+                                 fsdp=False, wrapped_per_layer=True)
+    n, tokens = shape.parameters, 8 * 1124
+    assert terms == dict(weights=4 * n, gradients=4 * n, optimizer_state=8 * n, reference_model=4 * n,
+                         vllm_share=0.4 * (80 << 30), activations=2 * tokens * 64 * 4 + 34 * tokens * 64 * 2,
+                         logits=8 * 1024 * 1000 * 10)
+    with pytest.raises(UserError, match="give a GPU kind"):
+        grpo.main([str(tmp_path), "--plan", "h100"])
+
+
+def test_grpo_refuses_an_fsdp_launch_that_would_gather_the_whole_model(tiny_qwen2, tmp_path):
+    # accelerate launch --use_fsdp with no auto-wrap policy: the model is one FSDP unit, gathered whole on every GPU.
+    # Two processes as accelerate starts them (its environment), refused before any weight is loaded, one line
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(ACCELERATE_USE_FSDP="true", FSDP_VERSION="2", OMP_NUM_THREADS="1")
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "scripts.grpo",
+         str(tiny_qwen2 / "hf"), "--preset", "tinyzero", "--steps", "1", "--prompts", "2", "--generations", "2",
+         "--micro-batch", "2", "--device", "cpu", "--data", str(tiny_qwen2 / "data"), "--out", str(out)],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "--fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP (it wraps each Qwen2DecoderLayer)" in errors[0]
+    assert not out.exists()

@@ -11,7 +11,7 @@ by the tokenizer's end-of-sequence token.
 
 From the Hub (``allenai/c4``, its ``en`` files: 1,024 training shards and 8 validation shards),
 ``--shards N`` takes the first N training shards and ``--val-shards`` the first validation ones.
-The paper's 8K steps of 4M tokens read 32B tokens: raise ``--shards`` until the printed count of
+The paper's 8K steps of 4,194,304 tokens read 33.5B tokens (the paper rounds it to "over 32B"): raise ``--shards`` until the printed count of
 training tokens reaches what your run reads (or let it repeat data, knowingly). The Hub path needs the network and was not exercised where this was written;
 ``--input`` was, by the tests. With ``--input`` and no ``--val-input``, a random ``--test-size``
 fraction becomes the validation split, as for OpenWebText.

@@ -26,6 +26,7 @@ import math
 import operator
 import random
 import re
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -123,15 +124,22 @@ def splits(n_train: int, n_test: int, seed: int = 0, **kwargs) -> tuple[list[Pro
 
 # TinyZero's character check: digits, + - * / ( ) . and white space, nothing else
 _ALLOWED = re.compile(r"^[\d+\-*/().\s]+$")
-MAX_ANSWER_CHARS = 10_000  # longer answers are scored as a wrong answer unevaluated (parsing is linear, but bounded)
-MAX_POWER_BITS = 4096  # a power whose integer result would need more bits is not computed (9**9**9): wrong answer
+MAX_ANSWER_CHARS = 100_000  # longer answers are not evaluated (scored 0.1): far beyond any completion's length
+MAX_POWER_BITS = 100_000  # a power whose integer result would need more bits is not computed (9**9**9): scored 0.1
 
 
 def extract_answer(text: str) -> str | None:
     """The last <answer>...</answer> on the last line of ``text``, stripped: TinyZero's ``extract_solution``
-    (``text.split("\n")[-1]``, so a text ending in a newline has an empty last line and no answer)."""
-    found = _ANSWER.findall(text.split("\n")[-1])
-    return found[-1].strip() if found else None
+    (``text.split("\n")[-1]``, so a text ending in a newline has an empty last line and no answer; its pattern
+    ``<answer>(.*?)</answer>``, matched left to right without overlaps). Found by a scan in linear time, where the
+    pattern takes quadratic time over many unclosed ``<answer>`` tags."""
+    line, answer, pos = text.split("\n")[-1], None, 0
+    while (start := line.find("<answer>", pos)) >= 0:
+        end = line.find("</answer>", start + 8)
+        if end < 0:
+            break
+        answer, pos = line[start + 8 : end], end + 9
+    return None if answer is None else answer.strip()
 
 
 class Unsafe(ValueError):
@@ -143,38 +151,56 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
-def _value(node):
-    """What Python's ``eval`` gives for an arithmetic syntax tree, computed node by node: numbers, the unary and
-    binary operators, parentheses. Anything else (a call, a name, a tuple) raises ValueError, as eval would fail
-    on it with no names to look up; a power too large to compute raises Unsafe."""
-    if isinstance(node, ast.Expression):
-        return _value(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_value(node.operand))
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _value(node.left), _value(node.right)
-        if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
-                and right > 0 and right * math.log2(abs(left)) > MAX_POWER_BITS:
-            raise Unsafe("the power is too large to compute")
-        return _BINARY[type(node.op)](left, right)
-    raise ValueError(f"not arithmetic: {type(node).__name__}")
+def _apply(op: ast.operator, left, right):
+    if isinstance(op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0 \
+            and right * math.log2(abs(left)) > MAX_POWER_BITS:
+        raise Unsafe("the power is too large to compute")
+    return _BINARY[type(op)](left, right)
+
+
+def _value(root: ast.AST):
+    """What Python's ``eval`` gives for an arithmetic syntax tree, computed node by node (numbers, the unary and
+    binary operators), with a stack of its own: any depth Python's compiler accepts. Anything else (a call, a name,
+    a tuple) raises ValueError, as eval would fail on it with no names to look up; a power too large to compute
+    raises Unsafe."""
+    todo, values = [(root, False)], []
+    while todo:
+        node, ready = todo.pop()
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            values.append(node.value)
+        elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            if ready:
+                values.append(_UNARY[type(node.op)](values.pop()))
+            else:
+                todo += [(node, True), (node.operand, False)]
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            if ready:
+                right = values.pop()
+                values.append(_apply(node.op, values.pop(), right))
+            else:
+                todo += [(node, True), (node.right, False), (node.left, False)]
+        else:
+            raise ValueError(f"not arithmetic: {type(node).__name__}")
+    return values[0]
 
 
 def evaluate(expression: str):
     """The value Python's ``eval`` would give the expression under TinyZero's character check, computed without
-    running anything; ValueError (or ZeroDivisionError, OverflowError...) where eval would fail, Unsafe where its
-    value cannot be computed in bounded time and memory."""
+    running anything; ValueError (or ZeroDivisionError, OverflowError...) where eval would fail (Python's own
+    compiler is asked, not run: an expression nested past its limits fails as eval fails), Unsafe where the value
+    cannot be computed in bounded time and memory."""
     if len(expression) > MAX_ANSWER_CHARS:
         raise Unsafe("too long")
     if not _ALLOWED.match(expression):
         raise ValueError("characters besides digits, + - * / ( ) . and spaces")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except (SyntaxError, RecursionError, MemoryError) as e:
+        with warnings.catch_warnings():  # (its SyntaxWarnings, such as "'int' object is not callable", are not ours)
+            warnings.simplefilter("ignore")
+            compile(expression, "<answer>", "eval")  # eval's first step, and where eval fails first
+        tree = ast.parse(expression, mode="eval")
+    except (SyntaxError, RecursionError, MemoryError, ValueError) as e:
         raise ValueError("not an expression") from e
-    return _value(tree)
+    return _value(tree.body)
 
 
 def score(completion_text: str, numbers, target: int) -> float:
@@ -182,15 +208,23 @@ def score(completion_text: str, numbers, target: int) -> float:
     text: 0 without an answer on its last line; 0.1 (the format reward) for an answer whose numbers (every run of
     digits, so 3.5 is 3 and 5) are not exactly the given ones, that does not evaluate, or that misses the target by
     1e-5 or more; 1 for one that hits it. Python's arithmetic, as TinyZero's eval (``**``, ``//``, unary minus,
-    decimals), is computed from the parsed expression, never executed; an answer whose value cannot be computed
-    safely (``9**9**9``: TinyZero would hang) scores 0.1."""
+    decimals), is computed from the parsed expression, never executed.
+
+    It never raises and takes at most milliseconds, on any text. Where it departs from TinyZero's rule, to stay
+    so (each scores the format reward 0.1 here): an answer longer than MAX_ANSWER_CHARS (100,000 characters; a
+    completion of TinyZero's 1,024 tokens is far shorter), and a power whose integer value would pass
+    MAX_POWER_BITS (``9**9**9``, on which TinyZero's eval runs for hours; ``1**2**3**9`` is computed: 1)."""
     answer = extract_answer(completion_text)
     if answer is None:
         return 0.0
-    if sorted(int(n) for n in re.findall(r"\d+", answer)) != sorted(int(n) for n in numbers):
+    try:
+        used = sorted(int(n) for n in re.findall(r"\d+", answer))
+    except ValueError:  # a run of digits past Python's int-string limit: TinyZero's validate_equation fails the same way
+        return FORMAT_SCORE
+    if used != sorted(int(n) for n in numbers):
         return FORMAT_SCORE  # every number exactly once
     try:
         value = evaluate(answer)
         return CORRECT_SCORE if abs(value - target) < 1e-5 else FORMAT_SCORE
-    except (ArithmeticError, ValueError, TypeError):  # Unsafe is a ValueError
+    except (ArithmeticError, ValueError, TypeError, RecursionError, MemoryError):  # Unsafe is a ValueError
         return FORMAT_SCORE
