@@ -49,17 +49,68 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+class _Noting:
+    """A file that keeps the error its writes raise: torch.save's zip writer turns Ctrl-C, a full disk or a file-size
+    limit inside a write into a RuntimeError ("unexpected pos") that no longer says which it was."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except BaseException as e:
+            self.error = e
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
 def _atomic_write(path: Path, write: Callable) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        with open(tmp, "wb") as raw:
+            f = _Noting(raw)
+            try:
+                write(f)
+            except RuntimeError:
+                if f.error is not None:
+                    raise f.error from None  # what the zip writer hid
+                raise
+            raw.flush()
+            os.fsync(raw.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None:  # a write's own error names no file: this one
+            raise OSError(e.errno, e.strerror, str(tmp)) from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
+
+
+def clear_leftovers(out_dir: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files of checkpoint writers that were killed (.NAME.PID.tmp, PID no longer running):
+    whole checkpoints' worth of bytes that nothing else removes. Returns what it removed."""
+    folder = Path(out_dir) / FOLDER
+    gone = []
+    for tmp in folder.glob(".*.tmp") if folder.is_dir() else []:
+        match = re.fullmatch(r"\..+\.(\d+)\.tmp", tmp.name)
+        if match and not _alive(int(match.group(1))):
+            tmp.unlink(missing_ok=True)
+            gone.append(tmp)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid != os.getpid()
 
 
 def checkpoints(out_dir: str | os.PathLike) -> list[Path]:
@@ -75,7 +126,14 @@ def save(out_dir: str | os.PathLike, state: dict, keep: int = 2) -> Path:
     folder = Path(out_dir) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt_{state['iter_num']:08d}.pt"
-    _atomic_write(path, lambda f: torch.save(state, f))
+    try:
+        _atomic_write(path, lambda f: torch.save(state, f))
+    except OSError as e:  # a full disk, a file-size limit, a folder turned read-only
+        last = latest(out_dir)
+        then = (f"the last complete checkpoint is {last}: free space (or raise the limit), then resume with "
+                "--init_from=resume") if last else "no checkpoint is complete yet: free space (or raise the limit), then " \
+            "start the run again"
+        raise UserError(f"{e.filename} could not be written ({e.strerror}); nothing of it is left, and {then}") from None
     _publish(folder, path, keep)
     return path
 
@@ -181,9 +239,20 @@ def load_dcp(path: Path, state_dict: dict, in_one_process: bool = False) -> dict
         state_dict_loader._load_state_dict(state_dict, storage_reader=reader, planner=planner,
                                            no_dist=in_one_process or not torch.distributed.is_initialized())
     except (Exception, CheckpointException) as e:  # CheckpointException derives from BaseException
-        raise UserError(f"sharded checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); move it aside "
-                        "to resume from an older one") from None
+        raise UserError(f"sharded checkpoint {path} cannot be read ({cause(e)}); move it aside to resume from an older "
+                        "one") from None
     return state_dict
+
+
+def cause(e: BaseException) -> str:
+    """An error in one line: torch.distributed.checkpoint's CheckpointException carries every rank's traceback as its
+    text; its first rank's own exception is what went wrong."""
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict) and failures:
+        inner = next(iter(failures.values()))
+        e = getattr(inner, "exc", inner)
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
 
 
 def latest(out_dir: str | os.PathLike) -> Path | None:
@@ -224,18 +293,63 @@ def load_file(path: Path, map_location="cpu") -> dict:
         raise UserError(f"checkpoint {path} is corrupt or not a checkpoint ({type(e).__name__}); {hint}") from e
     if not isinstance(state, dict) or "model" not in state or "model_args" not in state:
         raise UserError(f"{path} is not a checkpoint of this project (no model entry); start a new out_dir")
+    check_model(state, path)
+    state["path"] = path
     return state
+
+
+RESUME_FIELDS = {"iter_num": int, "tokens": int, "best_val_loss": float, "skipped_steps": int, "rng": list,
+                 "optimizer": dict, "scaler": dict}
+
+
+def check_model(state: dict, path) -> None:
+    """Refuse, naming the file, a checkpoint whose model fields are not what train.py writes: an unknown model type,
+    model_args its model does not take (or not a dict)."""
+    import dataclasses
+
+    from architectures import ARCHITECTURES
+
+    model_type = state.get("model_type", "gpt2")
+    if model_type not in ARCHITECTURES:
+        raise UserError(f"checkpoint {path} has model_type {model_type!r}, which this project does not build (it builds "
+                        f"{', '.join(ARCHITECTURES)}); it was not written by train.py")
+    args = state["model_args"]
+    known = {f.name for f in dataclasses.fields(ARCHITECTURES[model_type][1])}
+    if not isinstance(args, dict) or set(args) - known:
+        extra = sorted(set(args) - known) if isinstance(args, dict) else type(args).__name__
+        raise UserError(f"checkpoint {path} has model_args {extra} that a {model_type} model does not take; it was not "
+                        "written by this version of train.py")
+
+
+def check_resumable(state: dict) -> None:
+    """Refuse a checkpoint a run cannot continue exactly: a field train.py writes missing or of another kind, or no
+    optimizer state after steps were taken (resuming would restart the momentum from zero without a word)."""
+    path = state.get("path", "the checkpoint")
+    for key, kind in RESUME_FIELDS.items():
+        if key == "optimizer" and "dcp_path" in state:  # (a sharded checkpoint's optimizer is in its shards)
+            continue
+        value = state.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else kind):
+            raise UserError(f"checkpoint {path} has no {key} of the kind train.py writes (got {type(value).__name__}); "
+                            "resume from another checkpoint, or start a new run")
+    if "dcp_path" not in state and state["iter_num"] > 0 and not state["optimizer"].get("state"):
+        raise UserError(f"checkpoint {path} holds no optimizer state after {state['iter_num']} iterations: resuming would "
+                        "restart the optimizer from zero; resume from another checkpoint, or start a new run")
 
 
 def load_model_weights(state: dict, model: torch.nn.Module) -> None:
     """Load a checkpoint's weights (``load`` or ``load_file``'s result, either layout) into an
     unsharded model built from ``state['model_args']``, in one process."""
-    if "dcp_path" in state:
-        weights = model.state_dict()
-        load_dcp(state["dcp_path"], {"model": weights}, in_one_process=True)
-        model.load_state_dict(weights)
-    else:
-        model.load_state_dict(clean_state_dict(state["model"]))
+    try:
+        if "dcp_path" in state:
+            weights = model.state_dict()
+            load_dcp(state["dcp_path"], {"model": weights}, in_one_process=True)
+            model.load_state_dict(weights)
+        else:
+            model.load_state_dict(clean_state_dict(state["model"]))
+    except (RuntimeError, KeyError, TypeError, AttributeError) as e:  # a missing, extra or wrong-shaped tensor
+        raise UserError(f"checkpoint {state.get('path', '')} holds weights that do not fit its own model_args "
+                        f"({cause(e)}); it is damaged or was not written by train.py") from None
 
 
 def check_shape(state: dict, config: dict, path: str = "the checkpoint") -> None:
@@ -304,14 +418,19 @@ def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimize
     """Load a checkpoint into this run, whatever its layout and this run's (one process, DDP or
     FSDP, any number of ranks), and return where it stood. Every rank calls it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
-    if "dcp_path" in state:  # sharded: torch.distributed.checkpoint reshards into this run's layout
-        model_state, optim_state = get_state_dict(model, optimizer)
-        load_dcp(state["dcp_path"], {"model": model_state, "optimizer": optim_state})
-        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
-    else:  # a full state dict fits any layout
-        set_state_dict(model, optimizer, model_state_dict=clean_state_dict(state["model"]),
-                       optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
-    scaler.load_state_dict(state["scaler"])
+    check_resumable(state)
+    try:
+        if "dcp_path" in state:  # sharded: torch.distributed.checkpoint reshards into this run's layout
+            model_state, optim_state = get_state_dict(model, optimizer)
+            load_dcp(state["dcp_path"], {"model": model_state, "optimizer": optim_state})
+            set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+        else:  # a full state dict fits any layout
+            set_state_dict(model, optimizer, model_state_dict=clean_state_dict(state["model"]),
+                           optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
+        scaler.load_state_dict(state["scaler"])
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:  # a tensor of another shape, a field
+        raise UserError(f"checkpoint {state.get('path', '')} does not fit the run it belongs to ({cause(e)}); it is "
+                        "damaged or was not written by train.py: resume from another checkpoint") from None
     ranks = state["rng"]
     if len(ranks) == dist_.world_size:
         set_rng_states(ranks[dist_.rank], dist_.device)

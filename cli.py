@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import math
 import re
 import sys
@@ -204,11 +206,13 @@ def run(action: Callable[[], object]) -> int:
     from errors import UserError
 
     def say(line: str) -> None:
-        if os.environ.get("RANK", "0") == "0":  # under torchrun, one process says what went wrong
+        # under torchrun, one process says what went wrong; a RANK left in a shell's environment silences nobody
+        if os.environ.get("RANK", "0") == "0" or "TORCHELASTIC_RUN_ID" not in os.environ:
             print(f"error: {line}", file=sys.stderr)
 
     try:
-        result = action()
+        with stop_signals_as_ctrl_c():
+            result = action()
     except UserError as e:
         say(str(e))
         return e.code
@@ -216,6 +220,10 @@ def run(action: Callable[[], object]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as e:
+        if e.filename is None and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            say(f"the disk is full or a file-size limit was reached ({e.strerror}); free space or raise the limit, then run "
+                "the command again (what it was writing is not kept)")
+            return 2
         if e.filename is None:
             raise
         where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
@@ -225,6 +233,29 @@ def run(action: Callable[[], object]) -> int:
         say("interrupted")
         return 130
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+@contextlib.contextmanager
+def stop_signals_as_ctrl_c():
+    """SIGTERM (kill, a scheduler, torchrun stopping its workers) and SIGHUP (a closed terminal) stop a command as
+    Ctrl-C does (KeyboardInterrupt): it says where it stopped and keeps what is complete. From the main thread only;
+    the previous handlers come back after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def progress(items: Iterable, desc: str, total: int | None = None, every: float = 30.0) -> Iterator:

@@ -71,7 +71,13 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
         vocab = data_vocab(state)
         tmp = dest.stage()
         cli.library_bars_on_terminals_only()
-        model.to_hf(vocab).save_pretrained(tmp)
+        try:
+            model.to_hf(vocab).save_pretrained(tmp)
+        except Exception as e:  # safetensors' own error (a full disk, a file-size limit) is no OSError: name the place
+            if isinstance(e, OSError) and e.filename:
+                raise
+            raise UserError(f"{hf_dir}: the weights could not be written ({type(e).__name__}: {str(e)[:160]}); free space "
+                            "or raise the file-size limit, then export again (nothing of this export was kept)") from None
         if vocab <= 256:
             tokenizer = vocabulary.byte_tokenizer()
         elif vocab == vocabulary.GPT2_VOCAB:

@@ -1,9 +1,11 @@
 """Every write into a user's folder goes through this one door, in the order git writes a ref.
 
 1. **Lock.** A command takes its destination's lock before it looks at it: an exclusive ``flock``
-   on PARENT/.NAME.lock, held until the command ends. The kernel drops it when the process dies
-   (SIGKILL included), so a crash never blocks the next command; while held, the file names its
-   holder, and it is removed when released.
+   on PARENT/.NAME.lock, and on the destination folder itself while there is one, held until the
+   command ends. The kernel drops both when the process dies (SIGKILL included), so a crash never
+   blocks the next command; while held, the file names its holder, and it is removed when released.
+   The folder's own lock is the one nobody can delete or leave behind: it holds when the lock file
+   was deleted, and it moves with the folder when the folder is renamed.
 2. **Look.** Only then does it see what the destination holds (``look``): nothing, a train.py run
    (finished or not, with or without checkpoints), a GRPO run, an export, a dataset, a scan of
    runs, an archive, a file, or something else; a path inside a packed scan counts as packed.
@@ -18,7 +20,7 @@
    anything else half-made is removed. A training run replaces an old run only once it has taken
    its first step (train.py).
 
-Read-only commands (evaluation, sampling, ``--check``, ``--summarize`` of a packed scan) take no
+Read-only commands (evaluation, sampling, ``--check``, a sweep's ``--summarize``) take no
 lock and write nothing.
 """
 
@@ -57,6 +59,7 @@ class Found:
     finished: bool = False  # a run or GRPO run that reached its end
     checkpoints: bool = False  # a train.py run with a checkpoint to resume from
     restartable: bool = False  # a train.py run stopped before its first checkpoint, or an unfinished GRPO run
+    silent_end: int | None = None  # a train.py run whose log ends at this iteration without saying why (killed)
 
 
 def _records(log: Path) -> list[dict]:
@@ -78,8 +81,10 @@ def _run(path: Path, names: set[str]) -> Found:
         try:
             saved = json.loads((path / "config.json").read_text())
             max_iters, logged = saved["config"]["max_iters"], saved.get("derived", {}).get("checkpoints_in_log", False)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
             pass
+    if isinstance(max_iters, bool) or not isinstance(max_iters, int):  # a damaged config.json: the length is unknown
+        max_iters = None
     iters = [r.get("iter", 0) for r in records if isinstance(r.get("iter", 0), int)]
     diverged = bool(records) and records[-1].get("kind") == "diverged"
     finished = diverged or (max_iters is not None and bool(iters) and max(iters) >= max_iters)
@@ -97,7 +102,10 @@ def _run(path: Path, names: set[str]) -> Found:
     else:
         what = "a train.py run stopped before its first checkpoint"
     restartable = not (ckpts or finished or evaluated or corrupt)
-    return Found(RUN, what, finished=finished, checkpoints=ckpts, restartable=restartable)
+    from metrics import silent_end
+
+    killed = None if corrupt or not records else silent_end(records, max_iters)
+    return Found(RUN, what, finished=finished, checkpoints=ckpts, restartable=restartable, silent_end=killed)
 
 
 def _grpo(path: Path, names: set[str]) -> Found:
@@ -199,11 +207,32 @@ def holder(path: str | os.PathLike) -> str | None:
 
 
 class Lock:
-    """An exclusive ``flock`` on PARENT/.NAME.lock: one writer for ``path`` at a time."""
+    """An exclusive ``flock`` on PARENT/.NAME.lock and on ``path`` itself when it is a folder: one writer for
+    ``path`` at a time, whatever happened to the lock file."""
 
     def __init__(self, path: str | os.PathLike, command: str):
-        self.path, self.file, self.fd = Path(path), lock_path(path), None
+        self.path, self.file, self.fd, self.folder_fd = Path(path), lock_path(path), None, None
         self.command = command
+
+    def hold_folder(self, option: str) -> None:
+        """Lock the destination folder itself (it now exists, or exists anew after a swap): the lock that survives
+        a deleted lock file and follows a renamed folder."""
+        import fcntl
+
+        if self.folder_fd is not None:
+            os.close(self.folder_fd)
+            self.folder_fd = None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return  # not a folder (a file destination), or gone: the lock file alone
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise UserError(f"{self.path} is in use by another command (it holds the folder itself, though its lock file "
+                            f"{self.file.name} is gone); wait for it to end, or choose another {option}") from None
+        self.folder_fd = fd
 
     def acquire(self, option: str, wait: bool = False) -> None:
         """Take the lock, or (unless ``wait``) refuse in one line naming the command that holds it."""
@@ -231,11 +260,19 @@ class Lock:
             if same:
                 break
             os.close(fd)
+        self.fd = fd
+        try:
+            self.hold_folder(option)
+        except UserError:
+            self.release()
+            raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{self.command}, process {os.getpid()} on {socket.gethostname()}\n".encode())
-        self.fd = fd
 
     def release(self) -> None:
+        if self.folder_fd is not None:
+            os.close(self.folder_fd)
+            self.folder_fd = None
         if self.fd is None:
             return
         with contextlib.suppress(OSError):
@@ -245,6 +282,22 @@ class Lock:
 
 
 # --- the destination ----------------------------------------------------------------------------------------
+
+
+NAME_MAX = 255  # bytes in a file name (Linux, macOS)
+BESIDE = 30  # what the names beside a destination add to its own: ".NAME.new-PID.XXXXXXXX.tmp"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # (our own leftovers are ours to clear)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -290,6 +343,11 @@ class Destination:
         if str(path) == "":
             raise UserError(f"{option} is empty; give a path")
         self.path = Path(os.path.realpath(given)) if given.is_symlink() and given.exists() else Path(os.path.abspath(given))
+        if self.path == self.path.parent:
+            raise UserError(f"{option} {given} is the root of the file system; give a folder below it")
+        if len(self.path.name.encode()) > NAME_MAX - BESIDE:
+            raise UserError(f"{option} {given}: its name is {len(self.path.name.encode())} bytes long, and the lock and "
+                            f"staging beside it add up to {BESIDE} to the {NAME_MAX} a name may have; choose a shorter name")
         self.given, self.makes, self.option = given, makes, option
         self.lock = Lock(self.path, command or _command())
         self.created: list[Path] = []
@@ -316,7 +374,10 @@ class Destination:
             self.created.append(folder)
         try:
             self.lock.acquire(self.option, self.wait)
-            self.recover()
+            cleared = self.recover()
+            if cleared:
+                print(f"note: {self.given}: finished or cleared what a killed command left beside it "
+                      f"({', '.join(sorted(p.name for p in cleared))})", file=sys.stderr)
             self.found = look(self.path)
         except BaseException:
             self.lock.release()
@@ -382,6 +443,7 @@ class Destination:
         os.rename(staged, self.path)
         _fsync_dir(self.path.parent)
         self.staged.remove(staged)
+        self.lock.hold_folder(self.option)  # the folder in the destination's place is a new one: lock it too
         _remove(old)
 
     def swap_files(self, staged: Path, names: Iterable[str]) -> None:
@@ -414,19 +476,28 @@ class Destination:
                     os.rename(self.path / name, old / name)
         _remove(old)
 
-    def recover(self) -> None:
-        """Finish what a killed command left beside the destination. A swap that had begun (an .old-*
-        beside) is completed with the new content it had staged, which was whole by then; anything else
-        left half-made is removed."""
-        pattern = re.compile(re.escape(f".{self.path.name}.") + r"(new|old)-(\d+)(\..+)?$")
+    def recover(self) -> list[Path]:
+        """Finish what a killed command left beside the destination, and return what it touched. A swap that had
+        begun (an .old-PID beside) is completed with the new content it had staged, which was whole by then;
+        anything else half-made is removed. Only this destination's own names count (.NAME.new-PID,
+        .NAME.old-PID, and a writer's .NAME.new-PID.XXXX.tmp), never a sibling whose name begins the same
+        (NAME.old-1, say), and never the files of a process still alive."""
+        pattern = re.compile(re.escape(f".{self.path.name}.") + r"(?:(old)-(\d+)|(new)-(\d+)(\.\w+\.tmp)?)$")
         found: dict[str, dict[str, Path]] = {"new": {}, "old": {}}
+        touched = []
         with contextlib.suppress(OSError):
             for entry in self.path.parent.iterdir():
                 match = pattern.match(entry.name)
-                if match and match.group(3):  # a writer's own temporary file beside a staged one
+                if not match:
+                    continue
+                kind, pid = ("old", match.group(2)) if match.group(1) else ("new", match.group(4))
+                if _alive(int(pid)):
+                    continue
+                touched.append(entry)
+                if match.group(5):  # a writer's own temporary file beside a staged one
                     _remove(entry)
-                elif match:
-                    found[match.group(1)][match.group(2)] = entry
+                else:
+                    found[kind][pid] = entry
         for pid, old in found["old"].items():
             new = found["new"].pop(pid, None)
             if new is not None and not os.path.lexists(self.path):
@@ -440,6 +511,7 @@ class Destination:
             _remove(old)
         for new in found["new"].values():
             _remove(new)
+        return touched
 
 
 @contextlib.contextmanager
@@ -535,6 +607,10 @@ class RunFolder:
                 self.dest.__enter__()
                 self.held = True
                 self.found = self.dest.found
+                gone = checkpoint.clear_leftovers(self.out_dir)  # killed checkpoint writers' whole-size temporaries
+                if gone:
+                    print(f"note: removed {len(gone)} half-written checkpoint file(s) a killed run left in "
+                          f"{self.out_dir / checkpoint.FOLDER} ({', '.join(p.name for p in gone)})", flush=True)
             else:
                 self.found = look(self.out_dir)
             decision.append(self._decide(init_from, overwrite))
@@ -552,9 +628,12 @@ class RunFolder:
 
     def _decide(self, init_from: str, overwrite: bool) -> str:
         import checkpoint
+        from metrics import KILLED
 
         found, where = self.found, f"out_dir '{self.out_dir}'"
         latest = checkpoint.latest(self.out_dir) if found.kind == RUN else None
+        if found.silent_end is not None and not self.read_only:
+            print(f"note: the run in {where} ended at iteration {found.silent_end:,} without a word: {KILLED}")
         if init_from == "resume" or (init_from == "auto" and latest is not None):
             if latest is not None:
                 return f"resume:{latest}"
@@ -593,6 +672,7 @@ class RunFolder:
                           "starting it again")
                 self.dest.move_aside(RUN_FILES)
             self.out_dir.mkdir(exist_ok=True)
+            self.dest.lock.hold_folder(self.dest.option)
             write_atomic(self.out_dir / "config.json", json.dumps(config, indent=2).encode())
         self.committed = True
         data_parallel.barrier()

@@ -14,6 +14,10 @@ Every line has a ``kind``:
   would have reached) and ``reason``. A resume from an earlier checkpoint drops it with the
   lines after that checkpoint.
 
+- ``stopped``: the last line of a run that stopped before its end and could say why: ``iter`` and
+  ``reason`` (an error, Ctrl-C or a signal). A log that ends with neither this nor ``diverged``,
+  short of ``max_iters``, belongs to a process killed from outside (``silent_end``).
+
 A crash can leave the last line half-written: every reader here skips it (``records``), and a
 resume drops it.
 """
@@ -38,15 +42,21 @@ def read_json(path) -> object:
         return json.loads(path.read_text() if hasattr(path, "read_text") else Path(path).read_text())
     except FileNotFoundError:
         raise UserError(f"{path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"{path} cannot be read as JSON ({type(e).__name__}: {e}); restore it, or leave it out") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"{path} cannot be read as JSON ({type(e).__name__}: {str(e)[:120]}); restore it, or leave it "
+                        "out") from None
 
 
 def run_config(folder) -> dict:
     """The settings a train.py run recorded (its config.json's ``config``), or one error naming the file."""
+    import configurator
+
     saved = read_json(folder / "config.json")
     if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
         raise UserError(f"{folder / 'config.json'} is not the config.json of a train.py run (no 'config' in it)")
+    for key, value in saved["config"].items():  # each known setting of the kind it has (an older run's others: kept)
+        if key in configurator.kinds():
+            configurator.coerce(key, value, f"{folder / 'config.json'}")
     return saved["config"]
 
 
@@ -54,18 +64,53 @@ def records(path) -> list[dict]:
     """The JSON objects of a metrics.jsonl, one a line; a last line cut short by a crash is left out
     (a bad line anywhere else is corruption, and an error naming the file). ``path`` is a file's path,
     or anything with ``read_text`` (a file inside an archive)."""
-    text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
+    try:
+        text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not text: the log is corrupt; restore it, or start a new run") from None
     lines = [line for line in text.splitlines() if line.strip()]
     out = []
     for i, line in enumerate(lines):
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
             if i == len(lines) - 1:
                 break
             raise UserError(f"{path} line {i + 1} is not JSON: the log is corrupt (only its last line may be cut short "
                             "by a crash); restore it, or start a new run") from None
+        out.append(_checked(record, path, i + 1))
     return out
+
+
+NUMBERS = ("iter", "step", "tokens", "val_loss", "eval_train_loss", "train_loss", "grad_norm", "lr", "elapsed_s",
+           "test_reward", "test_accuracy", "reward")  # fields readers compute with, when a line has them
+
+
+def _checked(record, path, line: int) -> dict:
+    """A log line as readers use it: an object with a string ``kind``, its numeric fields numbers."""
+    if not isinstance(record, dict) or not isinstance(record.get("kind", ""), str):
+        raise UserError(f"{path} line {line} is not a log record (a JSON object with a kind): the log is corrupt; "
+                        "restore it, or start a new run")
+    for key in NUMBERS:
+        value = record.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (key in ("iter", "step") and
+                                                                              not isinstance(value, int)):
+            raise UserError(f"{path} line {line}: {key} is {value!r}, not a number: the log is corrupt; restore it, or "
+                            "start a new run")
+    return record
+
+
+def silent_end(lines: list[dict], max_iters: int | None) -> int | None:
+    """The iteration a run's log ends at without saying why it stopped (None: it reached ``max_iters``, or its
+    last line says why: ``diverged``, ``stopped``). Such a run's process was killed from outside."""
+    if not lines or lines[-1].get("kind") in ("diverged", "stopped"):
+        return None
+    last = max((r["iter"] for r in lines if isinstance(r.get("iter"), int)), default=0)
+    return None if max_iters is not None and last >= max_iters else last
+
+
+KILLED = ("it was killed from outside, most likely by the kernel's out-of-memory killer (`dmesg | grep -i killed` or "
+          "`journalctl -k` shows it); a smaller batch_size (with more gradient_accumulation_steps) needs less memory")
 
 
 class Log:
@@ -79,10 +124,12 @@ class Log:
         self.is_main = is_main
         self.wandb_run = wandb_run
         self.pending: list[dict] | None = [] if held else None
+        self.last_kind: str | None = None
 
     def write(self, kind: str, **record) -> None:
         if not self.is_main:
             return
+        self.last_kind = kind
         record = dict(kind=kind, **record)
         if self.pending is not None:
             self.pending.append(record)

@@ -40,7 +40,7 @@ def load(args) -> tuple[LanguageModel, int, Path | None]:
     require("transformers", "hf")
     try:
         model = architecture(hf_model_type(args.init_from))[0].from_pretrained(args.init_from)
-    except OSError as e:
+    except Exception as e:  # transformers' errors on a path that is not a model, whatever their class
         raise UserError(f"init_from='{args.init_from}' is neither 'resume' nor a GPT-2 name or Hugging Face directory "
                         f"that can be loaded here ({type(e).__name__})") from e
     hf_dir = Path(args.init_from) if Path(args.init_from).is_dir() else None
@@ -49,6 +49,11 @@ def load(args) -> tuple[LanguageModel, int, Path | None]:
 
 def prompt_text(start: str) -> str:
     if not start.startswith("FILE:"):
+        try:
+            start.encode("utf-8")
+        except UnicodeEncodeError as e:  # bytes the shell passed that are not UTF-8 (Python keeps them as surrogates)
+            raise UserError(f"--start is not UTF-8 text (character {e.start}); give the prompt in UTF-8, or "
+                            "--start=FILE:path") from None
         return start
     path = Path(start.removeprefix("FILE:"))
     if not path.is_file():
@@ -83,6 +88,11 @@ def sample(args) -> list[str]:
     return out
 
 
+# 0 is greedy; a positive temperature below 1e-3 divides the logits past what a float holds (use 0 for greedy)
+TEMPERATURE = cli.Kind("0 (greedy) or a number from 0.001 to 1e6", float,
+                       lambda t: t == 0 or 1e-3 <= t <= 1e6, float)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out_dir", type=cli.text("a run's folder"), default="out", help="the run to sample from (its latest checkpoint)")
@@ -90,7 +100,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--start", default="\n", help="the prompt, or FILE:path to read it from a file")
     parser.add_argument("--num_samples", type=cli.integer(1, 10_000), default=1)
     parser.add_argument("--max_new_tokens", type=cli.integer(0, 10_000_000), default=300)
-    parser.add_argument("--temperature", type=cli.nonnegative, default=0.8, help="0: greedy; below 1: more conservative")
+    parser.add_argument("--temperature", type=TEMPERATURE, default=0.8, help="0: greedy; below 1: more conservative")
     parser.add_argument("--top_k", type=cli.count, default=200, help="sample among the k most likely tokens")
     parser.add_argument("--seed", type=cli.seed, default=1337)
     parser.add_argument("--device", type=configurator.kinds()["device"][1], default="auto", help="'cpu', 'cuda', 'cuda:N', 'mps', or 'auto'")

@@ -60,7 +60,10 @@ class TokenWriter:
         tokens = np.asarray(tokens)
         if tokens.size and int(tokens.max()) >= self.vocab_size:
             raise ValueError(f"token id {int(tokens.max())} is >= vocab_size {self.vocab_size} in {self.path}")
-        self.file.write(tokens.astype(self.dtype, copy=False).tobytes())
+        try:
+            self.file.write(tokens.astype(self.dtype, copy=False).tobytes())
+        except OSError as e:  # a full disk, a file-size limit: a write's error names no file, so name this one
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
         self.count += tokens.size
 
     def close(self) -> None:
@@ -93,6 +96,9 @@ def write_tokens(path, tokens, vocab_size: int) -> None:
 def read_header(path: Path) -> tuple[int, int, int]:
     """(itemsize, vocab_size, count) of a token file, after checking it is whole and ours."""
     if not path.is_file():
+        if path.exists():
+            raise UserError(f"token file {path} is {'a folder' if path.is_dir() else 'not a regular file'}; the dataset "
+                            "folder needs train.bin and val.bin as files (the dataset's prepare.py writes them)")
         raise UserError(f"token file {path} does not exist; run the dataset's prepare.py first")
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -119,14 +125,19 @@ def read_tokens(path: str | os.PathLike) -> tuple[np.memmap, int]:
     return tokens, vocab
 
 
-def from_nanogpt(src: Path, dst: Path, vocab_size: int = 50257, chunk: int = 1 << 24) -> int:
-    """Convert a nanoGPT token file (headerless uint16 ids, GPT-2's 50,257-token vocabulary unless said
-    otherwise) into this format; returns the token count. The file is read in chunks, never whole."""
+def from_nanogpt(src: Path, dst: Path, vocab_size: int = 50257, chunk: int = 1 << 24, dtype: str = "uint16") -> int:
+    """Convert a nanoGPT token file (headerless ids, uint16 unless said otherwise; GPT-2's 50,257-token vocabulary
+    unless said otherwise) into this format; returns the token count. The file is read in chunks, never whole."""
     if not src.is_file():
         raise UserError(f"{src} does not exist; give a nanoGPT train.bin or val.bin, or the folder holding them")
-    if src.stat().st_size % 2:
-        raise UserError(f"{src} has an odd number of bytes, so it is not a file of uint16 tokens")
-    raw = np.memmap(src, dtype="<u2", mode="r")
+    size = 2 if dtype == "uint16" else 4
+    if src.stat().st_size % size:
+        raise UserError(f"{src} is not a whole number of {dtype} tokens ({src.stat().st_size} bytes)")
+    raw = np.memmap(src, dtype=f"<u{size}", mode="r")
+    head = np.asarray(raw[: 1 << 16])
+    if size == 2 and len(raw) % 2 == 0 and head.size >= 1024 and not head[1::2].any() and head[0::2].any():
+        raise UserError(f"{src} looks like uint32 tokens, not nanoGPT's uint16 (every second 16-bit word of its start is "
+                        "0, as uint32 ids below 65,536 leave them); pass --dtype uint32")
     with TokenWriter(dst, vocab_size) as writer:
         for start in range(0, len(raw), chunk):
             part = np.asarray(raw[start:start + chunk])
@@ -137,7 +148,7 @@ def from_nanogpt(src: Path, dst: Path, vocab_size: int = 50257, chunk: int = 1 <
         return writer.count
 
 
-def convert(src: Path, dst: Path, vocab_size: int, overwrite: bool = False) -> None:
+def convert(src: Path, dst: Path, vocab_size: int, overwrite: bool = False, dtype: str = "uint16") -> None:
     """nanoGPT's file ``src``, or the train.bin and val.bin of the folder ``src``, into ``dst``; every input
     is checked before anything is written, and ``dst`` gets all of the new files or none (folders.py). A
     token file or dataset already at ``dst`` is replaced only with ``overwrite``."""
@@ -153,12 +164,12 @@ def convert(src: Path, dst: Path, vocab_size: int, overwrite: bool = False) -> N
     if src.is_dir():
         with folders.dataset(dst, names, overwrite, command="python -m tokens from-nanogpt") as staged:
             for a, name in pairs:
-                print(f"{a} -> {dst / name}: {from_nanogpt(a, staged / name, vocab_size):,} tokens")
+                print(f"{a} -> {dst / name}: {from_nanogpt(a, staged / name, vocab_size, dtype=dtype):,} tokens")
         return
     with folders.Destination(dst, makes=folders.FILE, option="DST", command="python -m tokens from-nanogpt") as dest:
         dest.allow(overwrite=overwrite)
         staged = dest.stage(folder=False)
-        count = from_nanogpt(src, staged, vocab_size)
+        count = from_nanogpt(src, staged, vocab_size, dtype=dtype)
         dest.swap(staged)
         print(f"{src} -> {dst}: {count:,} tokens")
 
@@ -173,9 +184,11 @@ def main(argv=None):
     convert_cmd.add_argument("src", type=cli.existing, help="a nanoGPT .bin file, or a folder with train.bin and val.bin")
     convert_cmd.add_argument("dst", type=cli.place, help="the file to write, or (for a folder) the dataset folder to write")
     convert_cmd.add_argument("--vocab_size", type=cli.integer(1, 1 << 32), default=50257, help="the ids' vocabulary (GPT-2's)")
+    convert_cmd.add_argument("--dtype", type=cli.choice("uint16", "uint32"), default="uint16",
+                             help="the ids' width on disk (nanoGPT writes uint16; uint32 for vocabularies past 65,535)")
     convert_cmd.add_argument("--overwrite", action="store_true", help="replace the token file or dataset already at DST")
     args = parser.parse_args(argv)
-    convert(args.src, args.dst, args.vocab_size, args.overwrite)
+    convert(args.src, args.dst, args.vocab_size, args.overwrite, args.dtype)
 
 
 if __name__ == "__main__":

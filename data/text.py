@@ -33,7 +33,11 @@ def load_local(paths: list[Path]):
             raise UserError(f"--input {path}: no such file")
         suffixes = [s.lower() for s in path.suffixes]
         if suffixes[-1:] == [".parquet"]:
-            part = Dataset.from_parquet(str(path))
+            try:
+                part = Dataset.from_parquet(str(path))
+            except Exception as e:  # pyarrow's errors, whatever their class
+                raise UserError(f"--input {path} is not a readable parquet file ({type(e).__name__}); give parquet, "
+                                "jsonl or plain-text files") from None
         elif ".jsonl" in suffixes or ".json" in suffixes:
             if path.stat().st_size == 0:
                 raise UserError(f"--input {path} is empty; give files that hold documents")

@@ -187,8 +187,9 @@ void adams_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vec
   dispatch(ps, gs, ms, [&](auto* p, auto* g, auto* m, int64_t n) { for_each_element(p, g, m, n, vec_fn, scalar_fn); });
 }
 
-// c <- b1 m + (1 - b1) g; p <- p(1 - lr wd) - lr sign(c); m <- b2 m + (1 - b2) g, the interpolations
-// written m + (1 - b) (g - m), one multiply each, as in adams_step
+// c <- b1 m + (1 - b1) g; p <- p(1 - lr wd) - lr sign(c); m <- b2 m + (1 - b2) g, written as lion_update and
+// lion-pytorch write them (not m + (1 - b) (g - m): after an infinite gradient m is infinite, and g - m then
+// makes the momentum NaN where theirs stays infinite)
 void lion_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vector<at::Tensor> ms, double lr,
                double weight_decay, double beta1, double beta2) {
   const float decay = static_cast<float>(1.0 - lr * weight_decay), l = static_cast<float>(lr),
@@ -196,10 +197,9 @@ void lion_step(std::vector<at::Tensor> ps, std::vector<at::Tensor> gs, std::vect
               c2 = static_cast<float>(1.0 - beta2);
   const Vec vdecay(decay), vl(l), vb1(b1), vc1(c1), vb2(b2), vc2(c2), zero(0.0f);
   auto vec_fn = [&](Vec& x, const Vec& g, Vec& m) {
-    Vec d = g - m;
-    Vec c = at::vec::fmadd(vc1, d, m);
+    Vec c = at::vec::fmadd(vb1, m, vc1 * g);
     x = at::vec::fmsub(x, vdecay, vl * (c.gt(zero) - c.lt(zero)));  // sign(NaN) = 0, as torch.sign's
-    m = at::vec::fmadd(vc2, d, m);
+    m = at::vec::fmadd(vb2, m, vc2 * g);
   };
   auto scalar_fn = [&](float& x, float g, float& m) {
     float c = m * b1 + g * c1;

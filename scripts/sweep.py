@@ -34,6 +34,7 @@ import itertools
 import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -59,9 +60,53 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
     return grid
 
 
+SAFE = re.compile(r"[^A-Za-z0-9._,+=-]")  # what a value may keep in a folder name; the rest is %-escaped
+
+
 def run_name(point: dict[str, str], seed: int) -> str:
-    parts = [f"{k}={Path(v).stem if k == 'config' else v}" for k, v in point.items()]
-    return "_".join(parts + [f"seed={seed}"]) or f"seed={seed}"
+    """The folder of one run: each grid value (a config file by its stem) and the seed. Characters that could
+    leave the folder (/, spaces, ...) or blur two values into one (%) are %-escaped, and a value that is all dots
+    is escaped whole, so a name is one folder inside --out; two points that would still share one (two config
+    files of one stem, a value that spells another key) are refused by ``names`` before anything runs."""
+    def escape(value: str) -> str:
+        text = SAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), value)
+        return "".join(f"%{ord(c):02X}" for c in text) if set(text) <= {"."} else text
+
+    parts = [f"{k}={escape(Path(v).stem if k == 'config' else v)}" for k, v in point.items()]
+    return "_".join(parts + [f"seed={seed}"])
+
+
+def names(points: list[dict[str, str]], seeds: list[int], out: Path) -> list[tuple[dict, int, Path]]:
+    """(point, seed, run folder) of every run: folders inside ``out``, one per run, or one error line before
+    anything runs."""
+    runs, taken = [], {}
+    for point in points:
+        for seed in seeds:
+            folder = out / run_name(point, seed)
+            if folder.parent != out:
+                raise UserError(f"a run folder would lie outside --out {out}: {folder}")
+            if folder.name in taken:
+                other = taken[folder.name]
+                raise UserError(f"the grid points {other} and {point} would share the run folder {folder}; give the "
+                                "config files different names (run folders are named by a config file's stem)")
+            taken[folder.name] = point
+            runs.append((point, seed, folder))
+    return runs
+
+
+OWN_KEYS = {"seed": "--seeds S1 S2 ...", "out_dir": "--out", "init_from": "the sweep (--init_from=auto, so an "
+            "interrupted sweep resumes)"}
+
+
+def check_keys(grid: dict, sets: list[str], seeds: list[int]) -> None:
+    """Refuse a --grid or --set key the sweep sets itself (it would be overridden without a word) and a seed
+    given twice (one run counted as two)."""
+    for key in [*grid, *(item.partition("=")[0] for item in sets)]:
+        if key in OWN_KEYS:
+            raise UserError(f"{key} is set by the sweep for every run; give it with {OWN_KEYS[key]}, not --grid or --set")
+    if len(set(seeds)) != len(seeds):
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise UserError(f"--seeds gives {', '.join(map(str, twice))} more than once; each seed is one run: give each once")
 
 
 SCALED = re.compile(r"^([-+.0-9eE]+)\*([A-Za-z_]\w*)$")  # FACTOR*KEY
@@ -128,26 +173,28 @@ def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
     for path in [*args.configs, *grid.get("config", [])]:
         if not Path(path).is_file():
             raise UserError(f"config file '{path}' does not exist; pass a path like config/repro/cpu_adams.py")
+    check_keys(grid, args.set, args.seeds)
+    if args.summarize and not grid:  # the grid an earlier sweep recorded in its runs.csv
+        grid = recorded_grid(args.out)
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
     for point in points:
         resolve_sets(args.set, point)  # a malformed --set fails before anything runs
-    runs = [(point, seed, args.out / run_name(point, seed)) for point in points for seed in args.seeds]
+    runs = names(points, args.seeds, args.out)
 
     if args.print_commands:
         for point, seed, out_dir in runs:
             print(" ".join(command(args.configs, point, seed, out_dir, args.set, args.nproc)))
         return
 
-    if args.summarize:
+    if args.summarize:  # read-only: the table is printed, nothing is written
         source = expand([args.out])[0]
         if not source.is_dir():
             raise UserError(f"--out {args.out} does not exist, so there is nothing to summarize; "
                             "pass the folder a sweep wrote its runs to")
-        if not isinstance(source, Path):  # (not a real folder: read, never rewritten)
-            return summarize([(p, s, source / d.name) for p, s, d in runs], list(grid), source, write=False)
+        return summarize([(p, s, source / d.name) for p, s, d in runs], list(grid), source, write=False)
     with folders.Destination(args.out, makes=folders.SCAN, option="--out", command="scripts.sweep") as dest:
         dest.allow(continues=(folders.SCAN,))
-        return summarize(runs, list(grid), args.out) if args.summarize else sweep(args, runs, grid)
+        return sweep(args, runs, grid)
 
 
 def sweep(args, runs: list, grid: dict) -> list[dict]:
@@ -158,24 +205,54 @@ def sweep(args, runs: list, grid: dict) -> list[dict]:
     threads = args.threads or max(1, (os.cpu_count() or 1) // (args.jobs * max(1, args.nproc)))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
 
+    children, stopping = set(), []
+
     def run(job):
         point, seed, out_dir = job
+        if stopping:
+            return None
         out_dir.mkdir(parents=True, exist_ok=True)
         with open(out_dir / "train.log", "a") as log:
             # from the folder the sweep was started in, so that relative config and --out paths mean the same to both
-            code = subprocess.run(command(args.configs, point, seed, out_dir, args.set, args.nproc, str(REPO / "train.py")),
-                                  env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+            child = subprocess.Popen(command(args.configs, point, seed, out_dir, args.set, args.nproc,
+                                             str(REPO / "train.py")), env=env, stdout=log, stderr=subprocess.STDOUT)
+            children.add(child)
+            try:
+                code = child.wait()
+            finally:
+                children.discard(child)
         loss, done = final_val_loss(out_dir)
-        print(f"{out_dir.name}: exit {code}, final val loss {loss}")
+        killed = " (killed by SIGKILL: most likely the kernel's out-of-memory killer)" if code in (-9, 137) else ""
+        print(f"{out_dir.name}: exit {code}{killed}, final val loss {loss}")
         return code
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
         codes = list(cli.progress(pool.map(run, todo), "sweep, runs", total=len(todo)))
+    except BaseException:  # Ctrl-C, or a signal that stops the sweep as Ctrl-C does: its runs stop with it
+        stopping.append(True)
+        for child in list(children):
+            child.send_signal(signal.SIGINT)  # each saves nothing more and says where it stopped, in its train.log
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     summary = summarize(runs, list(grid), args.out)
     failed = [d for (_, _, d), code in zip(todo, codes) if code != 0 and not final_val_loss(d)[1]]
     if failed:
         raise UserError(f"{len(failed)} of {len(todo)} runs failed; the last lines of {failed[0] / 'train.log'} say why")
     return summary
+
+
+def recorded_grid(out: Path) -> dict[str, list[str]]:
+    """The grid an earlier sweep into ``out`` recorded in its runs.csv ({key: values in order}); empty if none."""
+    path = out / "runs.csv"
+    if not path.is_file():
+        return {}
+    from scripts import read_csv
+
+    rows = read_csv(path, ("seed", "val_loss", "finished"), "a sweep's runs.csv")
+    keys = [k for k in rows[0] if k not in ("seed", "val_loss", "finished")] if rows else []
+    return {k: list(dict.fromkeys(r[k] for r in rows)) for k in keys}
 
 
 def recorded_runs(runs, keys: list[str], out: Path) -> list:

@@ -6,6 +6,7 @@ Faults are ``kind@iteration``, comma-separated:
     nan_grad@5      one gradient element becomes NaN after iteration 5's backward (inf_grad: +Inf)
     crash@5         raise RuntimeError at the start of iteration 5 (the process exits non-zero)
     kill@5          SIGKILL the process at the start of iteration 5
+    interrupt@5     SIGTERM the process at the start of iteration 5 (as a scheduler or kill stops it)
     kill_in_save@5  SIGKILL the process halfway through writing the checkpoint of iteration 5
 
 In a test's own process: ``with injected("nan_loss@3"): train.main(cfg)``. In a subprocess, or
@@ -30,7 +31,7 @@ import torch
 import dataset
 import model as model_module
 
-KINDS = ("nan_loss", "inf_loss", "nan_grad", "inf_grad", "crash", "kill", "kill_in_save")
+KINDS = ("nan_loss", "inf_loss", "nan_grad", "inf_grad", "crash", "kill", "interrupt", "kill_in_save")
 
 
 def parse(spec: str) -> dict[str, set[int]]:
@@ -89,6 +90,8 @@ def injected(spec: str):
             current["it"] = it
             if it in faults.get("kill", ()):
                 kill_self()
+            if it in faults.get("interrupt", ()):
+                os.kill(os.getpid(), signal.SIGTERM)
             if it in faults.get("crash", ()):
                 raise RuntimeError(f"injected crash at iteration {it}")
         return get_batch(tokens, seed, stream, it, index, *args, **kwargs)

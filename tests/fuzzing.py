@@ -200,6 +200,27 @@ def tries(entry: Entry, world: dict[str, Path]) -> list[tuple[str, list[str]]]:
     return found
 
 
+# Environment variables the project reads, set as a shell might have left them (each with the command's neutral line)
+ENVIRONMENTS = {"a torchrun job's RANK left behind": dict(RANK="1"), "a partial launch": dict(RANK="0", WORLD_SIZE="2"),
+                "an unknown WANDB_MODE": dict(WANDB_MODE="garbage")}
+
+
+def environment_tries(entry: Entry, world: dict[str, Path]) -> list[tuple[str, list[str], dict]]:
+    """(label, argv, environment): the command's neutral command line under each of ENVIRONMENTS."""
+    _, _, parser = parser_of(entry)
+    args = arguments(parser)
+    keyed = entry.name == "train"
+    argv = []
+    for n, arg in enumerate(args):
+        if arg.flag is None and (arg.dest != "configs" or keyed):
+            argv.append(neutral(arg, world, n))
+        elif arg.flag is not None and arg.takes_value and (arg.required or arg.flag in ("--out", "--out_dir")):
+            argv.append(f"{arg.flag}={neutral(arg, world, n)}")
+    if keyed:
+        argv += ["--wandb_log=True"]
+    return [(f"{entry.name} with {label}", argv, env) for label, env in ENVIRONMENTS.items()]
+
+
 def refused_at_parsing(entry: Entry, argv: list[str]) -> bool:
     """Whether the command's own parser refuses ``argv`` (a try that ends at once, before any work)."""
     from errors import UserError
@@ -281,13 +302,14 @@ class Runner:
         self.proc = subprocess.Popen([sys.executable, "-c", "from tests.fuzzing import serve; serve()"], cwd=REPO,
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
-    def run(self, entry: Entry, label: str, argv: list[str], world: dict[str, Path], limit: float) -> Outcome:
+    def run(self, entry: Entry, label: str, argv: list[str], world: dict[str, Path], limit: float,
+            environment: dict | None = None) -> Outcome:
         import json
 
         root = world["root"]
         before, repo_before = state(root), repository()
         self.proc.stdin.write(json.dumps(dict(name=entry.name, path=str(entry.path), function=entry.function,
-                                              argv=argv, cwd=str(root), limit=limit)) + "\n")
+                                              argv=argv, cwd=str(root), limit=limit, env=environment or {})) + "\n")
         reply = json.loads(self.proc.stdout.readline())
         after = state(root)
         changed = sorted(k for k, v in before.items() if after.get(k) != v)
@@ -315,18 +337,20 @@ def serve() -> None:
         if entry.name not in functions:
             functions[entry.name] = getattr(load(entry), entry.function)
         code, stopped = _fork_and_wait(entry, functions[entry.name], request["argv"], Path(request["cwd"]),
-                                       request["limit"], err_path)
+                                       request["limit"], err_path, request.get("env", {}))
         stderr = err_path.read_text(errors="replace") if err_path.exists() else ""
         err_path.unlink(missing_ok=True)
         print(json.dumps(dict(code=code, stderr=stderr, stopped=stopped)), flush=True)
 
 
-def _fork_and_wait(entry: Entry, function, argv: list[str], cwd: Path, limit: float, err_path: Path):
+def _fork_and_wait(entry: Entry, function, argv: list[str], cwd: Path, limit: float, err_path: Path,
+                   environment: dict | None = None):
     pid = os.fork()
     if pid == 0:  # the child: the command, as its __main__ block would run it
         code = 99
         try:
             os.setpgrp()
+            os.environ.update(environment or {})
             fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(fd, 2)
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
@@ -410,6 +434,23 @@ def build_world(root: Path, data_dir: Path) -> dict[str, Path]:
                     zf.write(path, f"{name}/{path.relative_to(without).as_posix()}")
     (root / "links").mkdir()
     (root / "links" / "to_run").symlink_to(finished)
+    # hostile contents, where a file or a folder of files is expected: binary, empty, deep nesting, a config that
+    # exits, and runs whose log and config.json were damaged (a stray line; a string where a number was)
+    files = root / "files"
+    files.mkdir()
+    (files / "binary.json").write_bytes(bytes(range(256)) * 4)
+    (files / "empty.py").write_text("")
+    (files / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (files / "exits.py").write_text("import sys\nsys.exit(0)\n")
+    stray = root / "runs" / "stray_line"
+    shutil.copytree(finished, stray)
+    with open(stray / "metrics.jsonl", "a") as f:
+        f.write("not json\n" + (finished / "metrics.jsonl").read_text().splitlines()[-1] + "\n")
+    wrong = root / "runs" / "string_for_number"
+    shutil.copytree(finished, wrong)
+    saved = json.loads((wrong / "config.json").read_text())
+    saved["config"]["max_iters"] = "two"
+    (wrong / "config.json").write_text(json.dumps(saved))
     config = root / "tiny_config.py"
     config.write_text("".join(f"{k} = {v!r}\n" for k, v in dict(
         dataset="tiny", data_dir=str(root / "data"), out_dir=str(root / "new" / "train_out"), n_layer=1, n_head=1,
@@ -418,4 +459,7 @@ def build_world(root: Path, data_dir: Path) -> dict[str, Path]:
     return {"root": root, "finished run": finished, "run without checkpoints": without, "GRPO run": grpo,
             "export": root / "exports" / "hf", "dataset": root / "data" / "tiny",
             "packed scan": root / "scans" / "scan.zip", "inside a packed scan": scan / "a",
-            "token file": root / "data" / "tiny" / "train.bin", "symlink": root / "links" / "to_run", "config": config}
+            "token file": root / "data" / "tiny" / "train.bin", "symlink": root / "links" / "to_run", "config": config,
+            "binary file": files / "binary.json", "empty file": files / "empty.py", "deeply nested JSON": files / "deep.json",
+            "a config that exits": files / "exits.py", "run with a stray log line": stray,
+            "run with a string for a number": wrong}

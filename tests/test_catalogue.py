@@ -155,7 +155,9 @@ CASES = [
     # sample.py
     ("sample top_k 0", sample.main, lambda w: [f"--out_dir={w['run']}", "--top_k=0"], "argument --top_k/--top-k: must be an integer >= 1, got '0'"),
     ("sample nan temperature", sample.main, lambda w: [f"--out_dir={w['run']}", "--temperature=nan"],
-     "argument --temperature: must be a finite number >= 0, got 'nan'"),
+     "argument --temperature: must be 0 (greedy) or a number from 0.001 to 1e6, got 'nan'"),
+    ("sample tiny temperature", sample.main, lambda w: [f"--out_dir={w['run']}", "--temperature=1e-300"],
+     "argument --temperature: must be 0 (greedy) or a number from 0.001 to 1e6, got '1e-300'"),  # it overflowed
     ("sample negative tokens", sample.main, lambda w: [f"--out_dir={w['run']}", "--max_new_tokens=-1"],
      "must be an integer from 0 to 10000000, got '-1'"),
     ("sample prompt not UTF-8", sample.main, lambda w: [f"--out_dir={w['run']}", f"--start=FILE:{w['root'] / 'prompt.bin'}"],
@@ -181,7 +183,7 @@ CASES = [
      "argument configs: must be an existing file"),
     ("sweep bad grid", sweep.main, lambda w: ["--grid", "learning_rate", "--out", w["root"] / "no_sweep"],
      "argument --grid: must be KEY=VALUE, got 'learning_rate'"),
-    ("sweep bad scale", sweep.main, lambda w: ["--grid", "seed=1", "--set", "min_lr=0.1*lr", "--out", w["root"] / "no_sweep"],
+    ("sweep bad scale", sweep.main, lambda w: ["--grid", "beta1=0.9", "--set", "min_lr=0.1*lr", "--out", w["root"] / "no_sweep"],
      "is not a --grid key"),
     # data preparation
     ("prepare empty input", owt_prepare.main, lambda w: ["--input", w["root"] / "docs/empty.jsonl", "--out", w["root"] / "prep"],
@@ -262,7 +264,7 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_the_last_checkpoint_sur
 
     monkeypatch.setattr(torch, "save", full_disk)
     code, err = run_entry(train.cli, cli_args(cfg))
-    assert_one_error_line(code, err, "the checkpoint could not be written")
+    assert_one_error_line(code, err, "could not be written (No space left on device); nothing of it is left, and the last complete checkpoint is")
     assert "No space left on device" in err and "ckpt_00000002.pt" in err
     monkeypatch.setattr(torch, "save", save)
     assert checkpoint.latest(cfg.out_dir).name == "ckpt_00000002.pt"

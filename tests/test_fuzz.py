@@ -38,8 +38,8 @@ def run(world, chosen, limit: float):
     problems = []
     runner = fuzzing.Runner()
     try:
-        for entry, label, argv in chosen:
-            outcome = runner.run(entry, label, argv, world, limit)
+        for entry, label, argv, *environment in chosen:
+            outcome = runner.run(entry, label, argv, world, limit, *environment)
             problem = outcome.problem()
             if problem:
                 problems.append(f"{label}: {problem}\n    argv: {argv}\n    stderr: {outcome.stderr[-1500:]}")
@@ -62,6 +62,20 @@ def test_a_sample_of_hostile_values_for_every_command(world):
     run(world, rng.sample(accepted, min(CI_ACCEPTED, len(accepted))), limit=8)
 
 
+def test_environment_variables_left_behind_for_a_sample_of_commands(world):
+    # a torchrun job's RANK in a shell, a partial launch, an unknown WANDB_MODE: one error line or success
+    entries = {e.name: e for e in fuzzing.entry_points()}
+    chosen = [(entries[name], label, argv, env) for name in ("train", "export", "scripts.sweep", "sample")
+              for label, argv, env in fuzzing.environment_tries(entries[name], world)]
+    run(world, chosen, limit=30)
+
+
 @pytest.mark.slow
 def test_every_hostile_value_for_every_option_of_every_command(world):
     run(world, all_tries(world), limit=120)
+
+
+@pytest.mark.slow
+def test_every_command_under_every_environment_left_behind(world):
+    run(world, [(e, label, argv, env) for e in fuzzing.entry_points() for label, argv, env in
+                fuzzing.environment_tries(e, world)], limit=120)

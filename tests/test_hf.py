@@ -200,7 +200,7 @@ def test_sample_is_deterministic_for_a_seed(byte_run):
     (["--out_dir=NOWHERE"], "no checkpoint in"),
     (["--out_dir=RUN", "--start=FILE:/no/such/prompt.txt"], "no such file"),
     (["--out_dir=RUN", "--start="], "the prompt is empty"),
-    (["--out_dir=RUN", "--temperature=-1"], "argument --temperature: must be a finite number >= 0, got '-1'"),
+    (["--out_dir=RUN", "--temperature=-1"], "argument --temperature: must be 0 (greedy) or a number from 0.001 to 1e6, got '-1'"),
     (["--init_from=/no/such/hf_dir"], "neither 'resume' nor a GPT-2 name"),
 ])
 def test_sample_errors_are_one_line(argv, message, byte_run, tmp_path, capsys):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -221,3 +222,155 @@ def test_a_figure_or_table_is_written_whole_under_its_lock_and_never_over_a_runs
     with pytest.raises(UserError, match="config.json belongs to a train.py run"):
         write_csv(run / "config.json", [{"a": 1}])
     assert (run / "config.json").read_bytes() == before
+
+
+# --- the lock is the folder's: deleted lock files, renamed folders, siblings, odd destinations ----------------
+
+
+def start_long_run(data_dir, out: Path) -> subprocess.Popen:
+    """A train.py run that goes on until killed, once it has taken its folder (its log is written)."""
+    cfg = tiny_config(data_dir, out, max_iters=1_000_000, lr_decay_iters=1_000_000, eval_interval=5, eval_iters=1)
+    proc = subprocess.Popen(command("train.py", *cli_args(cfg)), cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "metrics.jsonl").is_file() or not checkpoint.latest(out):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+        time.sleep(0.2)
+    return proc
+
+
+def test_a_second_writer_is_refused_while_the_first_lives_though_its_lock_file_was_deleted(data_dir, tmp_path):
+    # before: the lock was a file anyone could delete; deleted, a second resume started and wrote alongside the first
+    out = tmp_path / "run"
+    first = start_long_run(data_dir, out)
+    try:
+        folders.lock_path(out).unlink()
+        cfg = tiny_config(data_dir, out, init_from="resume")
+        second = subprocess.run(command("train.py", *cli_args(cfg)), cwd=REPO, env=env(), capture_output=True,
+                                text=True, timeout=120)
+        assert second.returncode == 2 and second.stderr.startswith("error: ") and "is in use by another command" in \
+            second.stderr, second.stderr
+        assert first.poll() is None  # the first goes on
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+
+
+def test_the_lock_moves_with_a_renamed_folder(data_dir, tmp_path):
+    # a command holding `run` (here this test) keeps it when `mv run renamed`: a writer of `renamed` is refused
+    import dataclasses
+
+    import train
+
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=5, eval_interval=5)
+    train.main(cfg)
+    with folders.Destination(tmp_path / "run", makes=folders.RUN, option="--out_dir"):
+        os.rename(tmp_path / "run", tmp_path / "renamed")
+        with pytest.raises(folders.UserError, match="is in use by another command"):
+            train.main(dataclasses.replace(cfg, out_dir=str(tmp_path / "renamed"), init_from="resume", max_iters=8))
+
+
+def test_recovery_touches_only_its_own_destination(tmp_path, capsys):
+    # `mv out out.old-1` keeps a run: taking `out` used to remove out.old-1's live lock and staging, as if they were
+    # out's own leftovers (.out.old-*); a killed command's own leftovers are cleared, and said
+    sibling = tmp_path / "out.old-1"
+    sibling.mkdir()
+    live = folders.Lock(sibling, "the sibling's writer")
+    live.acquire("--out")
+    staging = tmp_path / f".out.old-1.new-{os.getpid()}"
+    staging.mkdir()
+    dead = tmp_path / ".out.new-4194303"  # a pid no process has (pid_max's ceiling)
+    dead.mkdir()
+    try:
+        with folders.Destination(tmp_path / "out", makes=folders.RUN, option="--out_dir"):
+            pass
+        assert folders.lock_path(sibling).exists() and staging.is_dir()
+        assert not dead.exists()
+        assert ".out.new-4194303" in capsys.readouterr().err
+    finally:
+        live.release()
+
+
+@pytest.mark.parametrize("destination, says", [
+    ("/", "is the root of the file system"),
+    ("x" * 250, "its name is 250 bytes long"),
+])
+def test_a_destination_the_door_cannot_stage_beside_is_one_line(destination, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(folders.UserError, match=says):
+        folders.Destination(destination, makes=folders.RUN, option="--out_dir")
+
+
+def test_the_temporary_file_of_a_killed_checkpoint_writer_is_cleared_by_the_next_run(data_dir, tmp_path, capsys):
+    import dataclasses
+
+    import train
+
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=10, eval_interval=5)
+    train.main(cfg)
+    left = tmp_path / "run" / "checkpoints" / ".ckpt_00000010.pt.4194303.tmp"  # as a killed writer leaves it
+    left.write_bytes(b"\0" * 4096)
+    capsys.readouterr()
+    train.main(dataclasses.replace(cfg, init_from="resume", max_iters=12))
+    assert not left.exists() and "removed 1 half-written checkpoint file(s)" in capsys.readouterr().out
+
+
+# --- full disks and file-size limits: one line naming the file and the last complete state -------------------
+
+
+def limited(bytes_: int):
+    """A preexec_fn: the child may write no file larger than ``bytes_`` (RLIMIT_FSIZE; Python ignores SIGXFSZ,
+    so a write past it fails with EFBIG, as a full disk fails with ENOSPC)."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (bytes_, bytes_))
+
+
+def test_a_file_size_limit_at_a_checkpoint_is_one_line_and_leaves_nothing_half_written(data_dir, tmp_path):
+    # before: torch.save's zip writer turned the failed write into RuntimeError("unexpected pos"): a traceback
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=10, eval_interval=5)
+    result = subprocess.run(command("train.py", *cli_args(cfg)), cwd=REPO, env=env(), capture_output=True, text=True,
+                            timeout=300, preexec_fn=limited(64 << 10))
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert re.search(r"error: .*/checkpoints/\.ckpt_00000005\.pt\.\d+\.tmp could not be written \(File too large\); "
+                     r"nothing of it is left, and no checkpoint is complete yet", lines[0]), lines[0]
+    assert not list((tmp_path / "run" / "checkpoints").glob("*.tmp"))
+
+
+def test_a_full_disk_while_tokens_are_written_is_one_line_naming_the_file(tmp_path):
+    # a 1 MiB file system, where this machine lets a test mount one
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"no small file system can be mounted here ({made.stderr.strip() or made.returncode})")
+    try:
+        src = tmp_path / "nanogpt.bin"
+        (np.arange(1_000_000) % 50257).astype(np.uint16).tofile(src)  # 2 MB of tokens: twice what the disk holds
+        result = subprocess.run(command("-m", "tokens", "from-nanogpt", src, mount / "train.bin"), cwd=REPO, env=env(),
+                                capture_output=True, text=True, timeout=120)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "No space left on device" in lines[0], result.stderr
+        assert "train.bin" in lines[0] and not list(mount.iterdir())  # named, and nothing half-written left
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_at_a_random_moment_stops_a_run_as_ctrl_c_does(sig, data_dir, tmp_path):
+    # SIGTERM (kill, a scheduler) and SIGHUP (a closed terminal) used to end a run without a word; each now stops
+    # it as Ctrl-C does, checkpoint writes included: one line naming the last complete checkpoint, the folder whole
+    rng = random.Random(int(sig))
+    out = tmp_path / "run"
+    proc = start_long_run(data_dir, out)
+    time.sleep(rng.uniform(0.0, 2.0))
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 130 and len(errors) == 1 and "Traceback" not in err, err[-2000:]
+    assert re.match(r"error: interrupted; the last checkpoint is .*ckpt_\d{8}\.pt; continue with: python train.py "
+                    r"--init_from=resume", errors[0]), errors[0]
+    assert not list((out / "checkpoints").glob(".*.tmp"))
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert (last["kind"], last["reason"]) == ("stopped", "interrupted")

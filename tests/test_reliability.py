@@ -366,3 +366,200 @@ def test_catalogue_fresh_run_over_an_existing_one_needs_overwrite(data_dir, tmp_
     assert code == 2 and "already holds a train.py run" in err and "--overwrite=True" in err
     assert run_cli([*base_args(data_dir, out), "--overwrite=True"], capsys)[0] == 0
     assert [r["iter"] for r in read_metrics(out)[0]] == [1, 2]  # the old log was replaced, not appended to
+
+
+# --- what limits a run from outside: cgroup memory limits, the kernel's out-of-memory killer ---------------------
+
+
+def write_cgroup(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_cgroup_v1_and_v2_limits_over_the_process_are_read(tmp_path):
+    import data_parallel
+
+    gib = 1 << 30
+    # docker on a cgroup v1 host: the container sees its own memory group at the mount's root
+    v1 = tmp_path / "v1"
+    write_cgroup(v1, {"memory/memory.limit_in_bytes": f"{2 * gib}\n", "memory/memory.usage_in_bytes": f"{gib}\n"})
+    (tmp_path / "cgroup_v1").write_text("4:memory:/docker/0123abcd\n1:cpu:/docker/0123abcd\n0::/\n")
+    assert data_parallel.cgroup_limits(v1, tmp_path / "cgroup_v1") == [(2 * gib, gib, str(v1 / "memory/memory.limit_in_bytes"))]
+    # a batch scheduler's nested v2 groups: the job's own group has no limit ("max"), the one above it has
+    v2 = tmp_path / "v2"
+    write_cgroup(v2, {"jobs/42/memory.max": "max\n", "jobs/42/memory.current": "100\n", "jobs/memory.max": f"{3 * gib}\n",
+                      "jobs/memory.current": f"{gib}\n"})
+    (tmp_path / "cgroup_v2").write_text("0::/jobs/42\n")
+    assert data_parallel.cgroup_limits(v2, tmp_path / "cgroup_v2") == [(3 * gib, gib, str(v2 / "jobs/memory.max"))]
+    # v1's "unlimited" is no limit
+    write_cgroup(v1, {"memory/memory.limit_in_bytes": "9223372036854771712\n"})
+    assert data_parallel.cgroup_limits(v1, tmp_path / "cgroup_v1") == []
+
+
+def test_a_batch_beyond_a_cgroup_v1_limit_is_refused_naming_the_limit(data_dir, tmp_path, monkeypatch):
+    # before: only /proc/meminfo and cgroup v2's memory.max were read, so under a v1 limit the run passed the check and
+    # the kernel killed it ("Killed", exit 137, no line)
+    import data_parallel
+
+    limit = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+    monkeypatch.setattr(data_parallel, "cgroup_limits", lambda: [(64 << 20, 60 << 20, limit)])
+    cfg = tiny_config(data_dir, tmp_path / "run", batch_size=256)
+    with pytest.raises(UserError, match=rf"GiB are free \(the memory limit in {limit}\); lower batch_size"):
+        train.main(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_killed_without_a_word_is_explained_on_the_next_command(data_dir, tmp_path, capsys):
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=20, eval_interval=5)
+    run_train_process(cfg, faults="kill@12")  # SIGKILL, as the out-of-memory killer sends it
+    last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["kind"] != "stopped"  # the killed process could not say why
+    capsys.readouterr()
+    train.main(dataclasses.replace(cfg, init_from="resume"))
+    said = capsys.readouterr().out
+    assert re.search(r"note: the run in out_dir '.*' ended at iteration 1[0-2] without a word: it was killed from "
+                     r"outside, most likely by the kernel's out-of-memory killer", said), said
+    # a run stopped by Ctrl-C (or an error) says so in its log, and is not taken for a killed one
+    interrupted = tiny_config(data_dir, tmp_path / "int", max_iters=20, eval_interval=5)
+    result = run_train_process(interrupted, faults="interrupt@12")
+    assert result.returncode == 130
+    last = json.loads((tmp_path / "int" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert (last["kind"], last["reason"]) == ("stopped", "interrupted")
+    capsys.readouterr()
+    train.main(dataclasses.replace(interrupted, init_from="resume"))
+    assert "without a word" not in capsys.readouterr().out
+
+
+# --- a file's contents are inputs too -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content, says", [
+    ('{"batch_size": 4, "max_iters": 7}', None),  # a JSON config is applied
+    ("x = 1\n", "unknown config key 'x'"),
+    ("import os\n", "sets no key"),
+    ("import sys\nsys.exit(0)\n", r"called exit\(0\) while it was read"),
+    ("raise ValueError('boom')\n", "failed to run: ValueError: boom"),
+    ('[1, 2]', "holds a JSON list, not an object of keys"),
+    ('{"batch_size": ', "is not readable JSON"),
+])
+def test_a_config_files_contents_are_applied_or_refused_in_one_line(content, says, tmp_path):
+    # before: a JSON file was run as Python and set nothing (the defaults, silently); sys.exit(0) ended train.py, exit 0
+    import configurator
+
+    path = tmp_path / ("cfg.json" if content.startswith(("{", "[")) else "cfg.py")
+    path.write_text(content)
+    if says is None:
+        assert configurator.load([str(path)]).batch_size == 4
+        return
+    with pytest.raises(UserError, match=says):
+        configurator.load([str(path)])
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("a stray line", "line 2 is not JSON"),
+    ("binary", "is not text"),
+    ("deep nesting", "line 2 is not JSON"),
+    ("a string for a number", "val_loss is 'low', not a number"),
+])
+def test_a_run_logs_damaged_contents_are_one_line_in_every_reader(damage, says, data_dir, tmp_path):
+    # before: tracebacks in train.py's resume, plot_curves and sweep --summarize
+    from scripts import plot_curves
+
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=4, eval_interval=2)
+    train.main(cfg)
+    log = tmp_path / "run" / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    bad = {"a stray line": "not json at all", "binary": None, "deep nesting": "[" * 100_000 + "]" * 100_000,
+           "a string for a number": json.dumps(dict(kind="eval", iter=2, val_loss="low"))}[damage]
+    if bad is None:
+        log.write_bytes(b"\xff\xfe\x00" + log.read_bytes())
+    else:
+        log.write_text("\n".join([lines[0], bad, *lines[1:]]) + "\n")
+    with pytest.raises(UserError, match=says):
+        plot_curves.main([str(tmp_path / "run"), "--out", str(tmp_path / "fig")])
+    with pytest.raises(UserError, match=says):
+        sweep.final_val_loss(tmp_path / "run")
+
+
+def test_a_run_configs_damaged_contents_are_one_line(data_dir, tmp_path):
+    import metrics
+
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=2, eval_interval=2)
+    train.main(cfg)
+    path = tmp_path / "run" / "config.json"
+    saved = json.loads(path.read_text())
+    saved["config"]["max_iters"] = "twenty"
+    path.write_text(json.dumps(saved))
+    with pytest.raises(UserError, match=r"config key 'max_iters' in .*config.json must be"):
+        metrics.run_config(tmp_path / "run")
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("model_args extra", r"model_args \['surprise'\] that a gpt2 model does not take"),
+    ("model_type unknown", "model_type 'mamba', which this project does not build"),
+    ("no rng", "has no rng of the kind train.py writes"),
+    ("empty optimizer", "holds no optimizer state after 4 iterations"),
+    ("wrong shape", "does not fit the run it belongs to"),
+])
+def test_a_checkpoint_whose_fields_are_not_train_pys_is_refused_naming_it(damage, says, data_dir, tmp_path):
+    # before: TypeError, KeyError or RuntimeError tracebacks; an empty optimizer state resumed from zero momentum
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=4, eval_interval=4)
+    train.main(cfg)
+    path = checkpoint.latest(tmp_path / "run")
+    state = torch.load(path, weights_only=True)
+    if damage == "model_args extra":
+        state["model_args"]["surprise"] = 1
+    elif damage == "model_type unknown":
+        state["model_type"] = "mamba"
+    elif damage == "no rng":
+        del state["rng"]
+    elif damage == "empty optimizer":
+        state["optimizer"]["state"] = {}
+    else:
+        key = next(k for k in state["model"] if k.endswith("c_fc.weight"))
+        state["model"][key] = state["model"][key][:-1]
+    torch.save(state, path)
+    with pytest.raises(UserError, match=says):
+        train.main(dataclasses.replace(cfg, init_from="resume", max_iters=6))
+    if damage in ("model_args extra", "model_type unknown", "wrong shape"):  # the readers of weights alike
+        import export
+
+        with pytest.raises(UserError, match="checkpoint"):
+            export.export(tmp_path / "run", tmp_path / "hf", overwrite=False)
+
+
+@pytest.mark.parametrize("environment, says", [
+    (dict(RANK="0"), "RANK is set in the environment but LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT are not"),
+    (dict(RANK="1"), "RANK is set in the environment but"),  # (its error line used to be silenced: not rank 0)
+    (dict(RANK="x", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1"), "must be numbers"),
+    (dict(WANDB_MODE="garbage"), "WANDB_MODE='garbage' is not a mode wandb knows"),
+])
+def test_environment_variables_the_project_reads_are_checked(environment, says, data_dir, tmp_path):
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=2, wandb_log="WANDB_MODE" in environment)
+    env = {k: v for k, v in subprocess_env().items() if k not in ("WANDB_MODE", "TORCHELASTIC_RUN_ID")}
+    result = subprocess.run([sys.executable, "train.py", *cli_args(cfg)], cwd=REPO, capture_output=True, text=True,
+                            env={**env, **environment}, timeout=120)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2 and len(errors) == 1 and says in errors[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_token_file_that_is_a_folder_is_not_called_missing(data_dir, tmp_path):
+    import shutil
+
+    shutil.copytree(data_dir / "tiny", tmp_path / "data" / "tiny")
+    (tmp_path / "data" / "tiny" / "train.bin").unlink()
+    (tmp_path / "data" / "tiny" / "train.bin").mkdir()
+    with pytest.raises(UserError, match=r"train.bin is a folder; the dataset folder needs train.bin and val.bin as files"):
+        train.main(tiny_config(tmp_path / "data", tmp_path / "run"))
+
+
+def test_a_nanogpt_uint32_token_file_is_detected_not_read_as_uint16(tmp_path):
+    import tokens
+
+    np.arange(5000, dtype=np.uint32).tofile(tmp_path / "u32.bin")
+    with pytest.raises(UserError, match="looks like uint32 tokens.*pass --dtype uint32"):
+        tokens.convert(tmp_path / "u32.bin", tmp_path / "out.bin", 50257)
+    tokens.convert(tmp_path / "u32.bin", tmp_path / "out.bin", 50257, dtype="uint32")
+    assert tokens.read_tokens(tmp_path / "out.bin")[0][:5].tolist() == [0, 1, 2, 3, 4]

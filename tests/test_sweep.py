@@ -16,6 +16,24 @@ from scripts import (
 REPO = Path(__file__).resolve().parents[1]
 
 
+def fake_runs(codes, seen=None):
+    """A stand-in for subprocess.Popen that ends at once with the next of ``codes`` (noting each env in ``seen``)."""
+    codes = iter(codes)
+
+    class Done:
+        def __init__(self, cmd, env=None, **_):
+            if seen is not None:
+                seen.append(env["OMP_NUM_THREADS"])
+            self.code = next(codes)
+
+        def wait(self):
+            return self.code
+
+    return Done
+
+
+def nothing_runs(*a, **k):
+    pytest.fail("nothing should run")
 
 
 def test_sweep_runs_every_point_and_seed_and_tabulates(sweep_out):
@@ -72,7 +90,7 @@ def test_sweep_from_another_folder_keeps_relative_paths_relative_to_it(data_dir,
 
 
 def test_sweep_refuses_a_missing_config_before_running_anything(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("nothing should run"))
+    monkeypatch.setattr(sweep.subprocess, "Popen", nothing_runs)
     with pytest.raises(UserError, match="argument configs: must be an existing file, got 'config/nope.py'"):
         sweep.main(["config/nope.py", "--grid", "learning_rate=1e-3", "--out", str(tmp_path / "out")])
     with pytest.raises(UserError, match="config file 'config/typo.py' does not exist"):
@@ -81,8 +99,7 @@ def test_sweep_refuses_a_missing_config_before_running_anything(tmp_path, monkey
 
 
 def test_sweep_exits_nonzero_when_a_run_fails_and_says_where_to_look(tmp_path, monkeypatch):
-    codes = iter([0, 2])
-    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: type("Done", (), {"returncode": next(codes)})())
+    monkeypatch.setattr(sweep.subprocess, "Popen", fake_runs([0, 2]))
     with pytest.raises(UserError, match=r"1 of 2 runs failed; the last lines of .*learning_rate=2e-3_seed=1337.*train.log"):
         sweep.main(["--grid", "learning_rate=1e-3,2e-3", "--out", str(tmp_path)])
     assert "| 2e-3 | not finished | 1 |" in (tmp_path / "summary.md").read_text()  # tabulated before exiting
@@ -95,7 +112,7 @@ def test_sweep_counts_a_diverged_run_as_inf_and_does_not_rerun_it(tmp_path, monk
     (run / "config.json").write_text(json.dumps({"config": {"max_iters": 10}}))
     (run / "metrics.jsonl").write_text(json.dumps(dict(kind="eval", iter=0, val_loss=4.0)) + "\n"
                                        + json.dumps(dict(kind="diverged", iter=4, reason="the loss is nan")) + "\n")
-    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("a diverged run should not rerun"))
+    monkeypatch.setattr(sweep.subprocess, "Popen", nothing_runs)  # a diverged run is not rerun
     rows = sweep.main(["--grid", "learning_rate=1e-2", "--out", str(tmp_path)])
     assert "1 runs, 1 already finished, 0 to run" in capsys.readouterr().out
     assert rows[0]["mean"] == math.inf and rows[0]["finished"]
@@ -155,15 +172,90 @@ def test_sweep_extending_a_grid_keeps_the_earlier_points_in_the_summary(sweep_ou
 
 def test_sweep_pins_each_runs_threads(tmp_path, monkeypatch):
     seen = []
-
-    def fake_run(cmd, env, **_):
-        seen.append(env["OMP_NUM_THREADS"])
-        return type("Done", (), {"returncode": 0})()
-
-    monkeypatch.setattr(sweep.subprocess, "run", fake_run)
+    monkeypatch.setattr(sweep.subprocess, "Popen", fake_runs([0] * 6, seen))
     monkeypatch.setattr(sweep.os, "cpu_count", lambda: 8)
     grid = ["--grid", "learning_rate=1e-3,2e-3", "--out", str(tmp_path)]
     sweep.main(grid + ["--jobs", "2"])
     sweep.main(grid + ["--jobs", "2", "--threads", "1"])
     sweep.main(grid + ["--jobs", "1", "--nproc", "4"])
     assert seen == ["4", "4", "1", "1", "2", "2"]  # cores // (jobs x processes per run) unless told
+
+
+def test_two_config_files_of_one_name_are_refused_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep.subprocess, "Popen", nothing_runs)
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "opt.py").write_text("max_iters = 2\n")
+    with pytest.raises(UserError, match=r"would share the run folder .*config=opt_seed=1337; give the config files "
+                                        r"different names"):
+        sweep.main(["--grid", f"config={tmp_path / 'x/opt.py'},{tmp_path / 'y/opt.py'}", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["../../escaped", "..", "a/b", "/abs", "a%2Fb"])
+def test_a_grid_value_never_leads_a_run_folder_out_of_the_sweeps_folder(value, tmp_path, capsys):
+    out = tmp_path / "out"
+    sweep.main(["--grid", f"wandb_run_name={value},plain", "--out", str(out), "--print-commands"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    folders = [Path(line.split("--out_dir=")[1].split()[0]) for line in lines]
+    assert [f.parent for f in folders] == [out, out] and len(set(folders)) == 2
+    assert f"--wandb_run_name={value} " in lines[0]  # the value itself reaches train.py unchanged
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--grid", "seed=1,2"], "seed is set by the sweep for every run; give it with --seeds"),
+    (["--set", "seed=5"], "seed is set by the sweep for every run"),
+    (["--set", "out_dir=../elsewhere"], "out_dir is set by the sweep for every run; give it with --out"),
+    (["--grid", "init_from=scratch,resume"], "init_from is set by the sweep"),
+    (["--seeds", "1", "1"], "--seeds gives 1 more than once"),
+])
+def test_a_seed_or_folder_the_sweep_would_override_is_refused(args, says, tmp_path, monkeypatch):
+    # before: every run trained with the sweep's seed 1337 while labelled 1 and 2 (a std of 0, no word)
+    monkeypatch.setattr(sweep.subprocess, "Popen", nothing_runs)
+    with pytest.raises(UserError, match=says):
+        sweep.main([*args, "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_summarize_writes_nothing_and_reads_the_grid_the_sweep_recorded(sweep_out, capsys):
+    out, args = sweep_out
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    summary = sweep.main(["--out", str(out), "--seeds", "1", "2", "--summarize"])  # no --grid: the recorded one
+    assert [(s["beta1"], s["beta2"], s["n"]) for s in summary] == [("0.9", "0.95", 2), ("0.9", "0.999", 2),
+                                                                   ("0.95", "0.95", 2), ("0.95", "0.999", 2)]
+    i = args.index("--out")
+    sweep.main([*args[:i], "--out", str(out), "--summarize"])  # and with it
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not list(out.parent.glob(f".{out.name}.lock*"))  # read-only: no lock taken either
+
+
+def test_sigterm_stops_a_sweep_and_its_runs_as_ctrl_c_does(data_dir, tmp_path):
+    # before: the sweep died and its train.py children trained on as orphans holding their folders
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    sets = [f"data_dir={data_dir}", "dataset=tiny", "n_layer=1", "n_head=2", "n_embd=32", "block_size=32",
+            "batch_size=4", "max_iters=100000", "lr_decay_iters=100000", "warmup_iters=1", "eval_interval=5",
+            "eval_iters=1", "device=cpu", "dtype=float32", "sample_tokens=0", "log_interval=1"]
+    cmd = [sys.executable, "-m", "scripts.sweep", "--grid", "learning_rate=1e-3,2e-3", "--jobs", "2", "--out", str(out),
+           *[a for item in sets for a in ("--set", item)]]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    sweep_process = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     start_new_session=True)  # its own group: the signal goes to the sweep alone
+    logs = [out / f"learning_rate={lr}_seed=1337" / "metrics.jsonl" for lr in ("1e-3", "2e-3")]
+    deadline = time.time() + 120
+    while not all(log.is_file() and '"checkpoint"' in log.read_text() for log in logs):
+        assert time.time() < deadline and sweep_process.poll() is None, sweep_process.communicate()
+        time.sleep(0.5)
+    sweep_process.send_signal(signal.SIGTERM)
+    _, err = sweep_process.communicate(timeout=120)
+    assert sweep_process.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted", err
+    for log in logs:  # each run stopped with the sweep, saying why, and is not running any more
+        last = json.loads(log.read_text().splitlines()[-1])
+        assert last["kind"] == "stopped" and last["reason"] == "interrupted"
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(out) not in ps
