@@ -315,6 +315,20 @@ def read_config_file(path: str) -> dict:
     return out
 
 
+def per_process(cfg: TrainConfig, world_size: int, explicit: set[str] | None, announce: bool) -> TrainConfig:
+    """Under torchrun, a gradient_accumulation_steps that nobody set (the default's 1) becomes one micro-step a
+    process, said; one that was set must divide by the processes (``check``)."""
+    given = explicit if explicit is not None else {k for k, v in vars(cfg).items() if v != getattr(TrainConfig(), k)}
+    steps = cfg.gradient_accumulation_steps
+    if world_size == 1 or steps % world_size == 0 or "gradient_accumulation_steps" in given:
+        return cfg
+    fitted = world_size * -(-steps // world_size)
+    if announce:
+        print(f"note: gradient_accumulation_steps={steps} (the default) is not divisible by the {world_size} processes: "
+              f"{fitted}, one micro-step a process, so an iteration has {fitted * cfg.batch_size} sequences")
+    return dataclasses.replace(cfg, gradient_accumulation_steps=fitted)
+
+
 def check(cfg: TrainConfig, world_size: int = 1) -> None:
     """Cross-field checks, before anything is built; each failure names the fields and a fix."""
     for key, value in as_dict(cfg).items():  # a TrainConfig built in code is held to what the fields declare

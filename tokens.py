@@ -131,6 +131,8 @@ def from_nanogpt(src: Path, dst: Path, vocab_size: int = 50257, chunk: int = 1 <
     if not src.is_file():
         raise UserError(f"{src} does not exist; give a nanoGPT train.bin or val.bin, or the folder holding them")
     size = 2 if dtype == "uint16" else 4
+    if src.stat().st_size == 0:
+        raise UserError(f"{src} is empty: it holds no tokens; give a nanoGPT train.bin or val.bin")
     if src.stat().st_size % size:
         raise UserError(f"{src} is not a whole number of {dtype} tokens ({src.stat().st_size} bytes)")
     raw = np.memmap(src, dtype=f"<u{size}", mode="r")

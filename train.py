@@ -116,6 +116,7 @@ def resume_config(cfg: TrainConfig, resume: dict, explicit: set[str] | None, wor
 def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None, cleanup: contextlib.ExitStack) -> dict:
     device, out_dir, main_rank = dist_.device, Path(cfg.out_dir), dist_.is_main
     if cfg.init_from != "resume":
+        cfg = configurator.per_process(cfg, dist_.world_size, explicit, dist_.is_main)
         configurator.check(cfg, dist_.world_size)  # (a resumed run's config is checked once merged with the run's)
     # the folder's lock first, then the decision: resume its checkpoint, or start fresh (writing nothing until
     # the first step is taken, so that a run it replaces is removed only once no input can make this one fail)

@@ -8,8 +8,8 @@ the Triton launch replaced by a no-op (the launch itself is not included). Tenso
 matter to this work, so the models keep GPT-2's layer counts (and so its number of tensors) at
 width 64. Single-threaded; a 2-core VM, so expect a few percent between runs.
 
-    python scripts/cuda_step_host_time.py > results/cpu/cuda_step_host_time.txt
-    python scripts/cuda_step_host_time.py --repeats 5   # a quick check that it runs
+    python -m scripts.cuda_step_host_time > results/cpu/cuda_step_host_time.txt
+    python -m scripts.cuda_step_host_time --repeats 5   # a quick check that it runs
 """
 
 import contextlib

@@ -182,6 +182,9 @@ def argv_for(args: list[Argument], under_test: Argument, value: str | None, worl
     return argv
 
 
+CONTENTS = ("binary file", "empty file", "deeply nested JSON", "a config that exits")  # plain files: inputs' contents
+
+
 def tries(entry: Entry, world: dict[str, Path]) -> list[tuple[str, list[str]]]:
     """(label, argv) for every argument of the entry and every hostile value (a flag: once, given)."""
     module, function, parser = parser_of(entry)
@@ -196,6 +199,8 @@ def tries(entry: Entry, world: dict[str, Path]) -> list[tuple[str, list[str]]]:
                 found.append((label, [*prefix.split(), *argv_for(args, arg, None, world, keyed)]))
                 continue
             for name, value in values.items():
+                if name in CONTENTS and OUTPUT_NAMES.search(arg.dest):
+                    continue  # an output named at a plain file of the user's replaces it: asked for, not hostile
                 found.append((f"{label}={name}", [*prefix.split(), *argv_for(args, arg, value, world, keyed)]))
     return found
 

@@ -145,7 +145,7 @@ def test_cuda_step_host_time_takes_the_triton_branch():
     # scripts/cuda_step_host_time.py stubs Triton to time the CUDA step's CPU work; it asserts that
     # each step launched the (stubbed) kernel once, so a refactor that bypasses the branch fails here.
     repo = REPO
-    result = subprocess.run([sys.executable, "scripts/cuda_step_host_time.py", "--repeats", "5"], cwd=repo,
+    result = subprocess.run([sys.executable, "-m", "scripts.cuda_step_host_time", "--repeats", "5"], cwd=repo,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split() for line in result.stdout.splitlines()[2:]]

@@ -23,21 +23,29 @@ def test_every_entry_point_takes_both_spellings_of_an_option_and_shows_defaults(
     assert "--beta1 BETA1  " in help_text and "(default: 0.9)" in help_text  # one spelling shown where there is one
 
 
-BY_PATH = sorted(p.relative_to(REPO).as_posix() for p in [*REPO.glob("scripts/[a-z]*.py"), *REPO.glob("data/*/prepare.py")])
+# every command, as the README runs it from the repository root: python -m scripts.NAME (here from an empty folder,
+# with the root on PYTHONPATH as the root itself would put it, so that a command writing on --help shows)
+BY_PATH = sorted(".".join(p.relative_to(REPO).with_suffix("").parts)
+                 for p in [*REPO.glob("scripts/[a-z]*.py"), *REPO.glob("data/*/prepare.py")])
 
 
 @pytest.fixture(scope="module")
 def help_runs(tmp_path_factory):
-    """script -> (its folder, the future of `python <script> --help` run there), all started together."""
-    folders = {script: tmp_path_factory.mktemp("help") for script in ["train.py", *BY_PATH]}
-    futures = start_together({script: [sys.executable, str(REPO / script), "--help"] for script in folders},
-                             cwd=folders.get, timeout=180)
-    return {script: (folders[script], futures[script]) for script in folders}
+    """command -> (its folder, the future of its --help run there), all started together."""
+    import os
+
+    folders = {name: tmp_path_factory.mktemp("help") for name in ["train.py", *BY_PATH]}
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    commands = {name: [sys.executable, str(REPO / name)] if name.endswith(".py") else [sys.executable, "-m", name]
+                for name in folders}
+    futures = start_together({name: [*command, "--help"] for name, command in commands.items()}, cwd=folders.get,
+                             timeout=180, env=env)
+    return {name: (folders[name], futures[name]) for name in folders}
 
 
 @pytest.mark.parametrize("script", ["train.py", *BY_PATH])
-def test_every_script_runs_by_path_from_anywhere(script, help_runs):
-    # the README names scripts by path, so `python scripts/x.py` from any folder must import the repo's modules
+def test_every_command_shows_its_help_and_writes_nothing(script, help_runs):
+    # python train.py by its path from anywhere, and every other command as python -m NAME from the root
     folder, future = help_runs[script]
     result = future.result()
     assert result.returncode == 0, result.stderr[-2000:]

@@ -170,3 +170,19 @@ def test_fsdp_evaluation_over_processes_that_do_not_divide_eval_iters(nproc, eva
     assert [r["iter"] for r in one] == [r["iter"] for r in many] == [0, 4]
     for a, b in zip(one, many):
         assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+
+
+def test_torchrun_on_the_defaults_takes_one_micro_step_a_process(data_dir, tmp_path):
+    # the default gradient_accumulation_steps=1 used to be refused under 2 processes (not divisible), followed by
+    # torchrun's own report; left unset, it becomes one micro-step a process, said. Set, it is still checked
+    keys = dict(dataset="tiny", data_dir=data_dir, out_dir=tmp_path / "run", n_layer=1, n_embd=16, n_head=1,
+                block_size=16, batch_size=2, max_iters=2, eval_interval=2, eval_iters=1, warmup_iters=1,
+                lr_decay_iters=2, sample_tokens=0, device="cpu")
+    result = torchrun("--standalone", "--nproc_per_node=2", "train.py", *[f"--{k}={v}" for k, v in keys.items()])
+    assert "note: gradient_accumulation_steps=1 (the default) is not divisible by the 2 processes: 2" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *[f"--{k}={v}" for k, v in keys.items()], "--gradient_accumulation_steps=3",
+                             f"--out_dir={tmp_path / 'other'}"], cwd=REPO, capture_output=True, text=True, env=env(),
+                            timeout=300)
+    assert result.returncode != 0 and "error: gradient_accumulation_steps=3 is not divisible by the world size 2" in \
+        result.stderr

@@ -87,15 +87,34 @@ def test_nothing_edits_sys_path():
     assert not edits, "sys.path edits (install the project instead: pip install -e .):\n" + "\n".join(edits)
 
 
-def test_every_top_level_module_is_installed():
-    """pyproject's py-modules names every product module at the top level (conftest.py is pytest's), so an
-    installed checkout imports each of them from anywhere; a module left out works only from the root."""
+def test_the_install_adds_only_adams_optim_and_a_users_own_modules_change_nothing(tmp_path, data_dir):
+    """Installing adds one name, adams_optim: `import config` from another folder fails (a user's own config is
+    theirs), and train.py run by its path from a folder holding the user's own config/, data/ and metrics.py
+    imports the repository's modules, not theirs."""
+    import subprocess
+    import sys
+
     import tomllib
 
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"])
-    present = {p.stem for p in REPO.glob("*.py")} - {"conftest"}
-    assert present - listed == set(), "add these to [tool.setuptools] py-modules in pyproject.toml"
-    assert listed - present == set(), "py-modules names files that do not exist"
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setup["packages"] == ["adams_optim"] and "py-modules" not in setup
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    for name in ("config", "metrics", "train", "scripts", "data", "study"):
+        found = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=tmp_path, env=env, capture_output=True,
+                               text=True)
+        assert found.returncode != 0 and "ModuleNotFoundError" in found.stderr, f"{name} is installed"
+    for name in ("config", "data"):  # the user's own packages, which would break the run if imported
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise RuntimeError('the user\'s own module was imported')\n")
+    (tmp_path / "metrics.py").write_text("raise RuntimeError('the user\'s own module was imported')\n")
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), "--n_layer=1", "--n_embd=16", "--n_head=1",
+                             "--block_size=16", "--batch_size=2", "--max_iters=2", "--eval_interval=2", "--eval_iters=1",
+                             "--warmup_iters=1", "--lr_decay_iters=2", "--sample_tokens=0", "--device=cpu",
+                             "--dataset=tiny", f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
 
 
 def test_the_top_level_holds_what_users_expect_and_nothing_else():

@@ -128,7 +128,7 @@ def test_pack_mistakes_change_nothing(scan, tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; import folders; "
                                "l = folders.Lock(sys.argv[1], 'train.py'); l.acquire('--out_dir'); print('held', flush=True); "
                                "time.sleep(60)", str((scan / "adams" / "learning_rate=1e-3_seed=1").resolve())],
-                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+                              cwd=REPO.parent, stdout=subprocess.PIPE, text=True)  # the repository's root
     try:
         assert holder.stdout.readline().strip() == "held"
         state = world()
