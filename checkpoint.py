@@ -249,8 +249,8 @@ def cause(e: BaseException) -> str:
     text; its first rank's own exception is what went wrong."""
     failures = getattr(e, "failures", None)
     if isinstance(failures, dict) and failures:
-        inner = next(iter(failures.values()))
-        e = getattr(inner, "exc", inner)
+        inner = next(iter(failures.values()))  # (the exception, its traceback's frames), as torch wraps it
+        e = inner[0] if isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException) else inner
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
 

@@ -600,3 +600,11 @@ def test_grpo_refuses_an_fsdp_launch_that_would_gather_the_whole_model(tiny_qwen
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "--fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP (it wraps each Qwen2DecoderLayer)" in errors[0]
     assert not out.exists()
+
+
+def test_evaluate_only_checks_the_context_as_training_does(tiny_policy):
+    # --evaluate-only used to skip the check: an IndexError deep in transformers
+    from scripts import grpo
+
+    with pytest.raises(UserError, match="context is 96 tokens, too short"):
+        grpo.main([str(tiny_policy / "hf"), "--evaluate-only", "--template", "tinyzero", "--data", str(tiny_policy / "data")])

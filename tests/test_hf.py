@@ -202,6 +202,8 @@ def test_sample_is_deterministic_for_a_seed(byte_run):
     (["--out_dir=RUN", "--start="], "the prompt is empty"),
     (["--out_dir=RUN", "--temperature=-1"], "argument --temperature: must be 0 (greedy) or a number from 0.001 to 1e6, got '-1'"),
     (["--init_from=/no/such/hf_dir"], "neither 'resume' nor a GPT-2 name"),
+    (["--out_dir=RUN", "--start=caf\udce9"], "--start is not UTF-8 text"),  # a latin-1 byte, as a shell passes it
+    (["--out_dir=RUN", "--temperature=1e-300"], "must be 0 (greedy) or a number from 0.001"),  # it used to overflow
 ])
 def test_sample_errors_are_one_line(argv, message, byte_run, tmp_path, capsys):
     argv = [a.replace("NOWHERE", str(tmp_path / "none")).replace("RUN", str(byte_run.out_dir)) for a in argv]

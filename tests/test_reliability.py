@@ -563,3 +563,24 @@ def test_a_nanogpt_uint32_token_file_is_detected_not_read_as_uint16(tmp_path):
         tokens.convert(tmp_path / "u32.bin", tmp_path / "out.bin", 50257)
     tokens.convert(tmp_path / "u32.bin", tmp_path / "out.bin", 50257, dtype="uint32")
     assert tokens.read_tokens(tmp_path / "out.bin")[0][:5].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_corrupt_parquet_input_is_one_line(tmp_path):
+    from data.text import load_local
+
+    bad = tmp_path / "docs.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(UserError, match="is not a readable parquet file"):
+        load_local([bad])
+
+
+def test_a_checkpoint_exceptions_ranks_tracebacks_become_one_cause():
+    # torch.distributed.checkpoint's CheckpointException carries every rank's traceback as its text
+    from torch.distributed.checkpoint.api import CheckpointException, _wrap_exception
+
+    try:
+        raise FileNotFoundError("shard 3 is gone")
+    except FileNotFoundError as e:
+        wrapped = _wrap_exception(e)
+    said = checkpoint.cause(CheckpointException("load", {0: wrapped}))
+    assert said == "FileNotFoundError: shard 3 is gone" and "Traceback" not in said
