@@ -132,7 +132,8 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
         torch.set_flush_denormal(True)  # denormals slow CPU math many-fold as weights and grads shrink
     data = load_data(cfg, resume, main_rank)
     check_memory(cfg, data["vocab_size"], device, main_rank)
-    if device.type == "cuda" and not cfg.eval_only:  # the plan, before anything is allocated (rank 0 plans for all)
+    # on a GPU the plan first, before anything is allocated (rank 0 plans for all); a resumed run fitted when it began
+    if device.type == "cuda" and not cfg.eval_only and resume is None:
         data_parallel.agree(lambda: plan.refuse_if_unfit(cfg, dist_.world_size, device))
     raw_model, model, autocast, optimizer, scaler, dtype = build(cfg, dist_, data["vocab_size"], resume)
     writes = main_rank and not cfg.eval_only  # an evaluation changes nothing in out_dir

@@ -180,9 +180,9 @@ def test_torchrun_on_the_defaults_takes_one_micro_step_a_process(data_dir, tmp_p
                 lr_decay_iters=2, sample_tokens=0, device="cpu")
     result = torchrun("--standalone", "--nproc_per_node=2", "train.py", *[f"--{k}={v}" for k, v in keys.items()])
     assert "note: gradient_accumulation_steps=1 (the default) is not divisible by the 2 processes: 2" in result.stdout
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             "train.py", *[f"--{k}={v}" for k, v in keys.items()], "--gradient_accumulation_steps=3",
-                             f"--out_dir={tmp_path / 'other'}"], cwd=REPO, capture_output=True, text=True, env=env(),
-                            timeout=300)
-    assert result.returncode != 0 and "error: gradient_accumulation_steps=3 is not divisible by the world size 2" in \
-        result.stderr
+    import configurator  # set, it is the user's: left for check() to refuse
+
+    cfg = configurator.TrainConfig(gradient_accumulation_steps=3)
+    assert configurator.per_process(cfg, 2, {"gradient_accumulation_steps"}, False) is cfg
+    with pytest.raises(configurator.UserError, match="gradient_accumulation_steps=3 is not divisible by the world size 2"):
+        configurator.check(cfg, 2)

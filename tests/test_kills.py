@@ -357,7 +357,8 @@ def test_a_full_disk_while_tokens_are_written_is_one_line_naming_the_file(tmp_pa
         subprocess.run(["umount", str(mount)], capture_output=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_a_signal_at_a_random_moment_stops_a_run_as_ctrl_c_does(sig, data_dir, tmp_path):
     # SIGTERM (kill, a scheduler) and SIGHUP (a closed terminal) used to end a run without a word; each now stops
     # it as Ctrl-C does, checkpoint writes included: one line naming the last complete checkpoint, the folder whole

@@ -174,6 +174,7 @@ def test_zero_redundancy_optimizer_shards_them_and_steps_as_one(cls, tmp_path):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # (torch.compile: seconds a case)
 @pytest.mark.parametrize("cls", [AdamS, Lion, AdamMini])
 def test_a_compiled_step_steps_as_the_eager_one(cls):
     ps, ref_ps = params(), params()
