@@ -90,29 +90,6 @@ def _atomic_write(path: Path, write: Callable) -> None:
     _fsync_dir(path.parent)
 
 
-def clear_leftovers(out_dir: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files of checkpoint writers that were killed (.NAME.PID.tmp, PID no longer running):
-    whole checkpoints' worth of bytes that nothing else removes. Returns what it removed."""
-    folder = Path(out_dir) / FOLDER
-    gone = []
-    for tmp in folder.glob(".*.tmp") if folder.is_dir() else []:
-        match = re.fullmatch(r"\..+\.(\d+)\.tmp", tmp.name)
-        if match and not _alive(int(match.group(1))):
-            tmp.unlink(missing_ok=True)
-            gone.append(tmp)
-    return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid != os.getpid()
-
-
 def checkpoints(out_dir: str | os.PathLike) -> list[Path]:
     """Complete checkpoint files in out_dir, oldest first."""
     folder = Path(out_dir) / FOLDER

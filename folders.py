@@ -288,9 +288,10 @@ NAME_MAX = 255  # bytes in a file name (Linux, macOS)
 BESIDE = 30  # what the names beside a destination add to its own: ".NAME.new-PID.XXXXXXXX.tmp"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether another process ``pid`` runs (our own leftovers are ours to clear: not alive)."""
     if pid == os.getpid():
-        return False  # (our own leftovers are ours to clear)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -298,6 +299,21 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def clear_leftovers(out_dir: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files of checkpoint writers that were killed (.NAME.PID.tmp, PID no longer running):
+    whole checkpoints' worth of bytes that nothing else removes. Returns what it removed."""
+    import checkpoint
+
+    folder = Path(out_dir) / checkpoint.FOLDER
+    gone = []
+    for tmp in folder.glob(".*.tmp") if folder.is_dir() else []:
+        match = re.fullmatch(r"\..+\.(\d+)\.tmp", tmp.name)
+        if match and not alive(int(match.group(1))):
+            tmp.unlink(missing_ok=True)
+            gone.append(tmp)
+    return gone
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -491,7 +507,7 @@ class Destination:
                 if not match:
                     continue
                 kind, pid = ("old", match.group(2)) if match.group(1) else ("new", match.group(4))
-                if _alive(int(pid)):
+                if alive(int(pid)):
                     continue
                 touched.append(entry)
                 if match.group(5):  # a writer's own temporary file beside a staged one
@@ -607,7 +623,7 @@ class RunFolder:
                 self.dest.__enter__()
                 self.held = True
                 self.found = self.dest.found
-                gone = checkpoint.clear_leftovers(self.out_dir)  # killed checkpoint writers' whole-size temporaries
+                gone = clear_leftovers(self.out_dir)  # killed checkpoint writers' whole-size temporaries
                 if gone:
                     print(f"note: removed {len(gone)} half-written checkpoint file(s) a killed run left in "
                           f"{self.out_dir / checkpoint.FOLDER} ({', '.join(p.name for p in gone)})", flush=True)
