@@ -203,8 +203,8 @@ def simulate(cfg: TrainConfig, gpus: int, vocab: int) -> Simulation:
         wrapped, autocast = data_parallel.parallelize(model, model.blocks, here, dtype, fsdp=cfg.fsdp, compile=False,
                                                       mesh=mesh) if cfg.fsdp else (model, _autocast(dtype))
         params = [p for p in model.parameters() if p.requires_grad]
-        ddp = [torch.empty(n, dtype=torch.uint8) for n in ddp_buckets(params)] if gpus > 1 and not cfg.fsdp else []
-        del ddp[:0]  # DDP's Reducer: a flat copy of the gradients, in buckets, kept for the run's life
+        # DDP's Reducer: a flat copy of the gradients, in buckets, held for the run's life (to the block's end here)
+        reducer = [torch.empty(n, dtype=torch.uint8) for n in ddp_buckets(params)] if gpus > 1 and not cfg.fsdp else []
         optimizer = build_optimizer(cfg.optimizer, model, implementation=cfg.implementation,
                                     embedding_lr_scale=cfg.embedding_lr_scale, **step.optimizer_kwargs(cfg, False))
         scaler = torch.amp.GradScaler("cpu", enabled=dtype == torch.float16)
@@ -218,6 +218,7 @@ def simulate(cfg: TrainConfig, gpus: int, vocab: int) -> Simulation:
             optimizer.zero_grad(set_to_none=True)
             del loss, norm, batches
         recorder.mark("end")
+        del reducer
         parameters, tensors = sum(p.numel() for p in model.parameters()), len(list(model.parameters()))
         flops = model.estimate_mfu(1.0, 1.0)  # FLOPs a token at one token a second and a peak of one
     return Simulation(recorder.events, steps, parameters, tensors, flops)
@@ -440,6 +441,11 @@ def main(cfg: TrainConfig, plan: str, plan_gpus: int = 1, plan_json: Path | None
     return out
 
 
+def kind_of(device_name: str) -> str | None:
+    """The KINDS key of a GPU by the name torch gives it (None: a GPU the plan does not know)."""
+    return next((k for k, gpu in KINDS.items() if gpu.name in device_name or device_name in gpu.name), None)
+
+
 def note(text: str) -> str:
     print(f"note: {text}", flush=True)
     return text
@@ -449,8 +455,7 @@ def refuse_if_unfit(cfg: TrainConfig, world_size: int, device: torch.device) -> 
     """On a GPU whose kind the plan knows, before anything is allocated: a UserError naming the largest micro-batch
     that fits when the plan says this one cannot; a note (returned) where the plan could not be made or the run is
     compiled (the eager plan is an upper bound then). The plan runs in a CPU-only subprocess."""
-    name = torch.cuda.get_device_name(device)
-    kind = next((k for k, gpu in KINDS.items() if gpu.name in name or name in gpu.name), None)
+    kind = kind_of(torch.cuda.get_device_name(device))
     if kind is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:

@@ -166,8 +166,7 @@ def memory_lines(args, optimizer_name: str, processes: int, device: str, kind: s
     grpo_memory.check_sharding(shape)
     fsdp, per_layer = grpo_memory.launch_sharding()
     if kind is None and device == "cuda":
-        name = torch.cuda.get_device_name()
-        kind = next((k for k, gpu in plan.KINDS.items() if gpu.name in name or name in gpu.name), None)
+        kind = plan.kind_of(torch.cuda.get_device_name())
     gpu = plan.KINDS.get(kind)
     longest = make_prompt(dict(numbers=[99] * 4, target=999), args.template)  # the longest a problem can spell
     vllm = args.vllm == "on" or (args.vllm == "auto" and (device == "cuda" or kind is not None))
