@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metrics import read_json
+from folders import read_json
 from model import GPT, GPTConfig
 from model_llama import Llama, LlamaConfig
 

@@ -2,7 +2,7 @@
 
 A run meets this module twice: ``restore`` (the model, optimizer, loss scaler, RNG streams and
 counters of the run being continued, in whatever layout this run has) and ``save_run`` (all of it
-again). Whether a folder holds a run to continue is the door's to say (folders.RunFolder).
+again). Whether a folder holds a run to continue is its owner's to say (run_folder.py).
 
 Layout inside ``out_dir``::
 
@@ -25,7 +25,6 @@ import pickle
 import random
 import re
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,61 +32,13 @@ import numpy as np
 import torch
 
 import data_parallel
+from configurator import MODEL_SHAPE
 from errors import UserError
+from folders import fsync_dir, write_atomic
 
 FOLDER = "checkpoints"
 LATEST = "latest"
 PATTERN = re.compile(r"^ckpt_(\d{8})\.(pt|dcp)$")
-MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "bias")
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _Noting:
-    """A file that keeps the error its writes raise: torch.save's zip writer turns Ctrl-C, a full disk or a file-size
-    limit inside a write into a RuntimeError ("unexpected pos") that no longer says which it was."""
-
-    def __init__(self, f):
-        self.f, self.error = f, None
-
-    def write(self, data) -> int:
-        try:
-            return self.f.write(data)
-        except BaseException as e:
-            self.error = e
-            raise
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
-
-
-def _atomic_write(path: Path, write: Callable) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as raw:
-            f = _Noting(raw)
-            try:
-                write(f)
-            except RuntimeError:
-                if f.error is not None:
-                    raise f.error from None  # what the zip writer hid
-                raise
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        if e.filename is None:  # a write's own error names no file: this one
-            raise OSError(e.errno, e.strerror, str(tmp)) from None
-        raise
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
 
 
 def checkpoints(out_dir: str | os.PathLike) -> list[Path]:
@@ -104,7 +55,7 @@ def save(out_dir: str | os.PathLike, state: dict, keep: int = 2) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt_{state['iter_num']:08d}.pt"
     try:
-        _atomic_write(path, lambda f: torch.save(state, f))
+        write_atomic(path, lambda f: torch.save(state, f))
     except OSError as e:  # a full disk, a file-size limit, a folder turned read-only
         last = latest(out_dir)
         then = (f"the last complete checkpoint is {last}: free space (or raise the limit), then resume with "
@@ -117,7 +68,7 @@ def save(out_dir: str | os.PathLike, state: dict, keep: int = 2) -> Path:
 
 def _publish(folder: Path, path: Path, keep: int) -> None:
     """Point ``latest`` at a complete checkpoint, then prune the oldest beyond ``keep``."""
-    _atomic_write(folder / LATEST, lambda f: f.write(path.name.encode()))
+    write_atomic(folder / LATEST, lambda f: f.write(path.name.encode()))
     for old in checkpoints(folder.parent)[:-keep]:
         shutil.rmtree(old) if old.is_dir() else old.unlink()
 
@@ -142,9 +93,9 @@ def save_sharded(out_dir: str | os.PathLike, model_state: dict, optim_state: dic
     dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
     dist.barrier()  # every rank's shards are written
     if is_main:
-        _atomic_write(tmp / "meta.pt", lambda f: torch.save(meta, f))
+        write_atomic(tmp / "meta.pt", lambda f: torch.save(meta, f))
         os.replace(tmp, path)
-        _fsync_dir(folder)
+        fsync_dir(folder)
         _publish(folder, path, keep)
     dist.barrier()
     return path
@@ -314,6 +265,29 @@ def check_resumable(state: dict) -> None:
                         "restart the optimizer from zero; resume from another checkpoint, or start a new run")
 
 
+def model_of(state: dict):
+    """An untrained model of the checkpoint's architecture and shape (its weights not yet loaded)."""
+    from architectures import architecture
+
+    model_cls, config_cls = architecture(state.get("model_type", "gpt2"))
+    return model_cls(config_cls(**state["model_args"]))
+
+
+def load_model(source: str | os.PathLike):
+    """Our model (GPT-2 or Llama) from an out_dir (its latest checkpoint) or a checkpoint path, either layout,
+    in eval mode, and the checkpoint's metadata."""
+    source = Path(source)
+    if source.is_dir() and not source.name.endswith(".dcp"):
+        state = load(source)
+    elif source.exists():
+        state = load_file(source)
+    else:
+        raise UserError(f"{source} is neither a run's out_dir nor a checkpoint; pass the out_dir train.py wrote")
+    model = model_of(state)
+    load_model_weights(state, model)
+    return model.eval(), state
+
+
 def load_model_weights(state: dict, model: torch.nn.Module) -> None:
     """Load a checkpoint's weights (``load`` or ``load_file``'s result, either layout) into an
     unsharded model built from ``state['model_args']``, in one process."""
@@ -332,7 +306,7 @@ def load_model_weights(state: dict, model: torch.nn.Module) -> None:
 def check_shape(state: dict, config: dict, path: str = "the checkpoint") -> None:
     """Refuse a checkpoint whose model (or optimizer grouping) differs from the config's, naming the field."""
     shape = {"model": state.get("model_type", "gpt2"), **state["model_args"]}
-    for key in ("model", *MODEL_SHAPE):
+    for key in MODEL_SHAPE:
         if key not in shape:  # (Llama has no bias setting)
             continue
         theirs, ours = shape[key], config[key]
@@ -418,9 +392,10 @@ def restore(state: dict, model: torch.nn.Module, optimizer: torch.optim.Optimize
 
 
 def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler,
-             progress: Progress, meta: dict, keep: int, dist_: data_parallel.Dist, sharded: bool) -> None:
+             progress: Progress, meta: dict, keep: int, dist_: data_parallel.Dist, sharded: bool) -> Path | None:
     """Checkpoint the run at ``progress.iter``: one file from rank 0, or (``sharded``) every
-    rank's shards. Every rank calls it. ``meta`` goes in as it is (config, model shape, ...).
+    rank's shards. Every rank calls it; rank 0 gets the checkpoint's path. ``meta`` goes in as it is (config,
+    model shape, ...).
 
     Parameters holding NaN/Inf are refused (every rank decides alike): the last good checkpoint
     stays the newest.
@@ -437,15 +412,17 @@ def save_run(out_dir: str | os.PathLike, model: torch.nn.Module, optimizer: torc
                 best_val_loss=progress.best_val_loss, skipped_steps=progress.skipped_steps, rng=rng)
     if sharded:
         model_state, optim_state = get_state_dict(model, optimizer)
-        save_sharded(out_dir, model_state, optim_state, meta, keep, dist_.is_main)
-        return
+        path = save_sharded(out_dir, model_state, optim_state, meta, keep, dist_.is_main)
+        return path if dist_.is_main else None
     model_state, optim_state = get_state_dict(model, optimizer,
                                               options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    path = None
     if dist_.is_main:
         try:
-            save(out_dir, dict(meta, model=model_state, optimizer=optim_state), keep=keep)
+            path = save(out_dir, dict(meta, model=model_state, optimizer=optim_state), keep=keep)
         except OSError as e:  # a full or read-only disk: the earlier checkpoint and its pointer are untouched
             raise UserError(f"iteration {progress.iter}: the checkpoint could not be written to {Path(out_dir) / FOLDER} "
                             f"({e.strerror}); the last complete one is {latest(out_dir)}. Free space or fix the "
                             "folder's permissions, then resume with --init_from=resume") from e
     data_parallel.barrier()
+    return path

@@ -114,6 +114,11 @@ class TrainConfig:
     allow_new_data: bool = False  # resume even though the dataset's token files changed since the run began (said)
     smoke: bool = False  # shrink any config to a CPU run of a minute or two (SMOKE); keys on the command line still win
 
+    @property
+    def tokens_per_iter(self) -> int:
+        """Tokens in one iteration, summed over its micro-steps on every rank."""
+        return self.gradient_accumulation_steps * self.batch_size * self.block_size
+
 
 def documented_fields() -> list[tuple[str, str, str]]:
     """(key, default as written, comment) for each TrainConfig field, read from this file's source."""
@@ -254,8 +259,8 @@ def smoke(values: dict, keep: set[str]) -> dict:
 
 # What a resumed run takes from the run itself and may not change: the model, what it trains on, how its
 # optimizer's state is laid out. Everything else (length, schedule, logging, device, ...) may be overridden.
-FIXED_ON_RESUME = ("model", "n_layer", "n_head", "n_embd", "block_size", "bias", "optimizer", "dataset",
-                   "embedding_lr_scale")
+MODEL_SHAPE = ("model", "n_layer", "n_head", "n_embd", "block_size", "bias")  # what a checkpoint's weights fix
+FIXED_ON_RESUME = (*MODEL_SHAPE, "optimizer", "dataset", "embedding_lr_scale")
 # Not taken from the run: where it is, how this invocation treats it, and the machine it runs on.
 PER_INVOCATION = ("out_dir", "init_from", "overwrite", "eval_only", "device", "backend", "allow_new_data")
 

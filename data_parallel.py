@@ -19,7 +19,6 @@ import torch.distributed as dist
 
 # torch.distributed.tensor and FSDP are imported where they are used: at the top they would add
 # about a third to every start, `train.py --help` and a config error included.
-from adams_optim._momentum_only import is_dtensor, local  # noqa: F401  (local: re-exported for checkpoint)
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -244,6 +243,18 @@ def sync_gradients(model: nn.Module, enabled: bool) -> None:
     of the model's gradients a micro-step saved."""
     if isinstance(model, DDP):
         model.require_backward_grad_sync = enabled
+
+
+def is_dtensor(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a DTensor (FSDP2's), without importing torch.distributed.tensor: none exists until
+    something else has imported it."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor, a view sharing its storage; a plain tensor as is."""
+    return t.to_local() if is_dtensor(t) else t
 
 
 def full(t: torch.Tensor) -> torch.Tensor:

@@ -114,3 +114,15 @@ def get_batch(tokens: np.ndarray, seed: int, stream: int, it: int, index: int, b
     return x.to(device), y.to(device)
 
 
+
+
+def ahead(batches):
+    """The batches of ``batches`` in order, each drawn (and its copy to the GPU begun) before the one ahead of it
+    is handed out: the next batch is under way while the model runs on this one."""
+    batches = iter(batches)
+    ready = next(batches, None)
+    for following in batches:
+        yield ready
+        ready = following
+    if ready is not None:
+        yield ready

@@ -34,25 +34,7 @@ import checkpoint
 import cli
 import folders
 import vocabulary
-from architectures import architecture
 from errors import UserError, require
-from model import LanguageModel
-
-
-def load_model(source: str | Path) -> tuple[LanguageModel, dict]:
-    """Our model (GPT-2 or Llama) from an out_dir (its latest checkpoint) or a checkpoint path,
-    either layout, and the checkpoint's metadata."""
-    source = Path(source)
-    if source.is_dir() and not source.name.endswith(".dcp"):
-        state = checkpoint.load(source)
-    elif source.exists():
-        state = checkpoint.load_file(source)
-    else:
-        raise UserError(f"{source} is neither a run's out_dir nor a checkpoint; pass the out_dir train.py wrote")
-    model_cls, config_cls = architecture(state.get("model_type", "gpt2"))
-    model = model_cls(config_cls(**state["model_args"]))
-    checkpoint.load_model_weights(state, model)
-    return model.eval(), state
 
 
 def data_vocab(state: dict) -> int:
@@ -67,7 +49,7 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
     with folders.Destination(hf_dir, makes=folders.EXPORT, option="HF_DIR", command="export.py") as dest:
         dest.allow(overwrite=overwrite)
         require("transformers", "hf")
-        model, state = load_model(source)
+        model, state = checkpoint.load_model(source)
         vocab = data_vocab(state)
         tmp = dest.stage()
         cli.library_bars_on_terminals_only()
@@ -90,10 +72,9 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
         (tmp / "adams_gpt.json").write_text(json.dumps(dict(source=str(source), iter=state["iter_num"],
                                                             config=state.get("config", {})), indent=2))
         # safetensors made its file private: the export is the user's, readable as theirs are
-        umask = os.umask(0)
-        os.umask(umask)
+        mask = folders.umask()
         for path in [tmp, *tmp.rglob("*")]:
-            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
         dest.swap(tmp)
     return hf_dir
 

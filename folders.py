@@ -8,7 +8,9 @@
    was deleted, and it moves with the folder when the folder is renamed.
 2. **Look.** Only then does it see what the destination holds (``look``): nothing, a train.py run
    (finished or not, with or without checkpoints), a GRPO run, an export, a dataset, a scan of
-   runs, an archive, a file, or something else; a path inside a packed scan counts as packed.
+   runs, a file, or something else. A folder one of our commands made says what it is in a small
+   marker (.adams_gpt) that the command writes; folders from before markers are recognised by
+   the files each command leaves.
 3. **Decide.** A command writes into what is absent or empty, continues its own unfinished work
    (a run stopped before its first checkpoint, a sweep's scan), and replaces only what it makes
    itself, and only when the user asks (``--overwrite``). Anything else is refused in one line
@@ -34,17 +36,19 @@ import shutil
 import socket
 import sys
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from errors import UserError
 
 # What the destination holds (``Found.kind``).
-ABSENT, EMPTY, FILE, PACKED = "absent", "empty", "file", "packed"
-RUN, GRPO, EXPORT, DATASET, SCAN, ARCHIVE, OTHER = "run", "grpo", "export", "dataset", "scan", "archive", "other"
+ABSENT, EMPTY, FILE = "absent", "empty", "file"
+RUN, GRPO, EXPORT, DATASET, SCAN, OTHER = "run", "grpo", "export", "dataset", "scan", "other"
 
-RUN_FILES = ("checkpoints", "metrics.jsonl", "config.json", "wandb_id")  # what train.py writes in out_dir
+MARKER = ".adams_gpt"  # in a folder a command of ours made: what it is (its kind), and for a run how far it got
+RUN_FILES = (MARKER, "checkpoints", "metrics.jsonl", "config.json", "wandb_id")  # what train.py writes in out_dir
 SWEEP_LOG = "train.log"  # the sweep's log of one of its runs, written beside train.py's files
 DATASET_FILES = ("train.bin", "val.bin")
 WEIGHTS = (".safetensors", ".bin", ".pt")
@@ -59,22 +63,98 @@ class Found:
     finished: bool = False  # a run or GRPO run that reached its end
     checkpoints: bool = False  # a train.py run with a checkpoint to resume from
     restartable: bool = False  # a train.py run stopped before its first checkpoint, or an unfinished GRPO run
-    silent_end: int | None = None  # a train.py run whose log ends at this iteration without saying why (killed)
+
+
+def marker(path: str | os.PathLike) -> dict | None:
+    """The marker a command of ours left in the folder ``path`` (a JSON object with a ``kind``), or None."""
+    try:
+        found = json.loads((Path(path) / MARKER).read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return found if isinstance(found, dict) and found.get("kind") in (RUN, GRPO, EXPORT, SCAN) else None
+
+
+def mark(folder: str | os.PathLike, kind: str, **fields) -> None:
+    """Write the marker that says what ``folder`` is (``kind``), with ``fields``."""
+    write_atomic(Path(folder) / MARKER, (json.dumps(dict(kind=kind, **fields), indent=2) + "\n").encode())
+
+
+def _number(value, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _marked_run(path: Path, m: dict) -> Found:
+    """A train.py run, from its marker: its last checkpoint (present or not) and how it ended, if it did."""
+    ckpt, end = m.get("checkpoint"), m.get("end")
+    ckpts = isinstance(ckpt, str) and bool(ckpt) and (path / ckpt).exists()
+    at = _number(m.get("at"), _number(m.get("iter")))
+    finished = end in ("finished", "diverged")
+    state = "finished" if finished else "stopped"
+    if ckpts:
+        what = f"a train.py run ({state} at iteration {at:,}, with checkpoints)"
+    elif ckpt or finished:
+        what = f"a train.py run ({state} at iteration {at:,}) whose checkpoints are gone (packed or moved away)"
+    else:
+        what = "a train.py run stopped before its first checkpoint"
+    return Found(RUN, what, finished=finished, checkpoints=ckpts, restartable=not (ckpt or finished))
+
+
+def _grpo(path: Path) -> Found:
+    done = False
+    try:
+        done = bool(json.loads((path / "run.json").read_text()).get("done"))
+    except (OSError, ValueError, AttributeError):
+        pass
+    return Found(GRPO, "a finished GRPO run" if done else "an unfinished GRPO run", finished=done, restartable=not done)
+
+
+def look(path: str | os.PathLike) -> Found:
+    """What ``path`` holds: for a folder one of our commands made, what its marker says; for one made before
+    markers (or by hand), what its file names say (``_unmarked``)."""
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        return Found(FILE, "a broken symbolic link")
+    if not path.exists():
+        return Found(ABSENT, "nothing")
+    if not path.is_dir():
+        return Found(FILE, "a file" if path.is_file() else "something that is neither a file nor a folder")
+    try:
+        names = set(os.listdir(path)) - {".lock"}  # (the lock inside a run folder of an older version)
+    except OSError as e:
+        raise UserError(f"{path} cannot be read ({e.strerror}); fix its permissions or choose another folder") from e
+    if not names:
+        return Found(EMPTY, "an empty folder")
+    kind = (marker(path) or {}).get("kind") if MARKER in names else None
+    if kind == RUN:
+        return _marked_run(path, marker(path))
+    if kind == GRPO:
+        return _grpo(path)
+    if kind == EXPORT:
+        return Found(EXPORT, "a Hugging Face model (an export)")
+    if kind == SCAN:
+        return Found(SCAN, "a scan of runs")
+    return _unmarked(path, names)
+
+
+# --- folders written before markers: recognised by the files each command leaves ------------------------------
 
 
 def _records(log: Path) -> list[dict]:
-    from metrics import records
-
+    """A log's lines as objects (a last line cut short by a crash left out), or one ``corrupt`` line."""
     try:
-        return records(log)
-    except (UserError, OSError, UnicodeDecodeError):
+        lines = [line for line in log.read_text().splitlines() if line.strip()]
+        out = [json.loads(line) for line in lines[:-1]]
+        with contextlib.suppress(ValueError, RecursionError):
+            out.append(json.loads(lines[-1]) if lines else None)
+        out = [r for r in out if r is not None]
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return [{"kind": "corrupt"}]
+    return out if all(isinstance(r, dict) for r in out) else [{"kind": "corrupt"}]
 
 
-def _run(path: Path, names: set[str]) -> Found:
-    import checkpoint
-
-    ckpts = bool(checkpoint.checkpoints(path))
+def _unmarked_run(path: Path, names: set[str]) -> Found:
+    folder = path / "checkpoints"
+    ckpts = folder.is_dir() and any(re.fullmatch(r"ckpt_\d{8}\.(pt|dcp)", n) for n in os.listdir(folder))
     records = _records(path / "metrics.jsonl") if "metrics.jsonl" in names else []
     max_iters, logged = None, False
     if "config.json" in names:
@@ -102,20 +182,7 @@ def _run(path: Path, names: set[str]) -> Found:
     else:
         what = "a train.py run stopped before its first checkpoint"
     restartable = not (ckpts or finished or evaluated or corrupt)
-    from metrics import silent_end
-
-    killed = None if corrupt or not records else silent_end(records, max_iters)
-    return Found(RUN, what, finished=finished, checkpoints=ckpts, restartable=restartable, silent_end=killed)
-
-
-def _grpo(path: Path, names: set[str]) -> Found:
-    done = False
-    if "run.json" in names:
-        try:
-            done = bool(json.loads((path / "run.json").read_text()).get("done"))
-        except (OSError, ValueError, AttributeError):
-            pass
-    return Found(GRPO, "a finished GRPO run" if done else "an unfinished GRPO run", finished=done, restartable=not done)
+    return Found(RUN, what, finished=finished, checkpoints=ckpts, restartable=restartable)
 
 
 def _is_grpo_log(path: Path) -> bool:
@@ -131,44 +198,14 @@ def _is_run_config(path: Path) -> bool:
     return isinstance(saved, dict) and isinstance(saved.get("config"), dict) and "max_iters" in saved["config"]
 
 
-def _packed_in(path: Path) -> Path | None:
-    """The archive (FOLDER.zip) that packed ``path`` or one of its parent folders, if one did."""
-    for folder in (path, *path.parents):
-        if folder.name in ("", ".", "..") or folder.exists():
-            if folder.is_dir():
-                return None
-            continue
-        archive = folder.with_name(folder.name + ".zip")
-        if archive.is_file():
-            return archive
-    return None
-
-
-def look(path: str | os.PathLike) -> Found:
-    """What ``path`` holds, by the files each kind of output leaves (it reads a few small files)."""
-    path = Path(path)
-    if path.is_symlink() and not path.exists():
-        return Found(FILE, "a broken symbolic link")
-    if not path.exists():
-        archive = _packed_in(path)
-        return Found(PACKED, f"packed in {archive}") if archive else Found(ABSENT, "nothing")
-    if not path.is_dir():
-        if zipfile.is_zipfile(path):
-            return Found(ARCHIVE, "an archive")
-        return Found(FILE, "a file" if path.is_file() else "something that is neither a file nor a folder")
-    try:
-        names = set(os.listdir(path)) - {".lock"}  # (the lock inside a run folder of an older version)
-    except OSError as e:
-        raise UserError(f"{path} cannot be read ({e.strerror}); fix its permissions or choose another folder") from e
-    if not names:
-        return Found(EMPTY, "an empty folder")
+def _unmarked(path: Path, names: set[str]) -> Found:
     if "adams_gpt.json" in names or ("config.json" in names and any(n.endswith(WEIGHTS) for n in names)
                                      and "checkpoints" not in names and "metrics.jsonl" not in names):
         return Found(EXPORT, "a Hugging Face model (an export)")
     if "run.json" in names or ("metrics.jsonl" in names and _is_grpo_log(path / "metrics.jsonl")):
-        return _grpo(path, names)
+        return _grpo(path)
     if names & {"checkpoints", "metrics.jsonl", "wandb_id"} or ("config.json" in names and _is_run_config(path)):
-        return _run(path, names)
+        return _unmarked_run(path, names)
     if names & set(DATASET_FILES):
         return Found(DATASET, "a dataset (" + ", ".join(sorted(names & set(DATASET_FILES))) + ")")
     if names == {SWEEP_LOG}:
@@ -238,11 +275,10 @@ class Lock:
         """Take the lock, or (unless ``wait``) refuse in one line naming the command that holds it."""
         import fcntl
 
-        umask = os.umask(0)
-        os.umask(umask)
+        mask = umask()
         while True:
             try:
-                fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o666 & ~umask)
+                fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o666 & ~mask)
             except OSError as e:
                 raise UserError(f"{self.path} is not writable: its lock {self.file} cannot be created ({e.strerror}); "
                                 f"choose another {option}, in a folder you can write") from e
@@ -301,22 +337,8 @@ def alive(pid: int) -> bool:
     return True
 
 
-def clear_leftovers(out_dir: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files of checkpoint writers that were killed (.NAME.PID.tmp, PID no longer running):
-    whole checkpoints' worth of bytes that nothing else removes. Returns what it removed."""
-    import checkpoint
-
-    folder = Path(out_dir) / checkpoint.FOLDER
-    gone = []
-    for tmp in folder.glob(".*.tmp") if folder.is_dir() else []:
-        match = re.fullmatch(r"\..+\.(\d+)\.tmp", tmp.name)
-        if match and not alive(int(match.group(1))):
-            tmp.unlink(missing_ok=True)
-            gone.append(tmp)
-    return gone
-
-
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename into it) to disk, where the file system allows."""
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
         try:
@@ -425,9 +447,6 @@ class Destination:
         found, where = self.found, f"{self.option} {self.given}"
         if found.kind in (ABSENT, EMPTY) or found.kind in continues:
             return found
-        if found.kind == PACKED:
-            raise UserError(f"{where} is {found.what}; unpack the archive first (its folder then holds what it "
-                            "packed), or choose another path")
         if found.kind == self.makes:
             if found.restartable or overwrite:
                 return found
@@ -449,7 +468,10 @@ class Destination:
         return staged
 
     def swap(self, staged: Path) -> None:
-        """Put the complete ``staged`` in the destination's place; the old content goes only after."""
+        """Put the complete ``staged`` in the destination's place, marked as what this command makes when it is one
+        of our folders; the old content goes only after."""
+        if self.makes in (EXPORT, GRPO) and staged.is_dir():
+            mark(staged, self.makes, by=self.lock.command)
         old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
         if os.path.lexists(self.path):
             if self.path.is_dir() and not any(self.path.iterdir()):
@@ -457,7 +479,7 @@ class Destination:
             else:
                 os.rename(self.path, old)  # from here on, recover() completes this swap
         os.rename(staged, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self.staged.remove(staged)
         self.lock.hold_folder(self.option)  # the folder in the destination's place is a new one: lock it too
         _remove(old)
@@ -467,13 +489,13 @@ class Destination:
         namesake; the replaced files are removed once every new one is in place."""
         old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
         old.mkdir()  # from here on, recover() completes this swap
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self.path.mkdir(exist_ok=True)
         for name in names:
             if os.path.lexists(self.path / name):
                 os.rename(self.path / name, old / name)
             os.rename(staged / name, self.path / name)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         _remove(old)
         _remove(staged)
         self.staged.remove(staged)
@@ -484,7 +506,7 @@ class Destination:
         old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
         if names is None:
             os.rename(self.path, old)
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         else:
             old.mkdir(exist_ok=True)
             for name in names:
@@ -550,11 +572,11 @@ def dataset(out: str | os.PathLike, names: Iterable[str], overwrite: bool = Fals
 # --- output files of the scripts that make figures and tables -----------------------------------------------
 
 
-OWNED = (ARCHIVE, RUN, GRPO, EXPORT, DATASET, SCAN)
+OWNED = (RUN, GRPO, EXPORT, DATASET, SCAN)
 # The files each kind of folder is made of (an export is one whole): an output of another command never replaces them
-OWN_FILES = {RUN: (*RUN_FILES, SWEEP_LOG), GRPO: ("metrics.jsonl", "run.json"),
+OWN_FILES = {RUN: (*RUN_FILES, SWEEP_LOG), GRPO: (MARKER, "metrics.jsonl", "run.json"),
              DATASET: (*DATASET_FILES, "rl_train.jsonl", "test.jsonl"),
-             SCAN: ("runs.csv", "summary.csv", "summary.md", "summary.png")}
+             SCAN: (MARKER, "runs.csv", "summary.csv", "summary.md", "summary.png")}
 
 
 def check_output(path: str | os.PathLike) -> None:
@@ -591,123 +613,66 @@ def write_output(path: str | os.PathLike, data: bytes, command: str | None = Non
     return path
 
 
-# --- train.py's out_dir -------------------------------------------------------------------------------------
+class _Noting:
+    """A file that keeps the error its writes raise: torch.save's zip writer turns Ctrl-C, a full disk or a file-size
+    limit inside a write into a RuntimeError ("unexpected pos") that no longer says which it was."""
 
+    def __init__(self, f):
+        self.f, self.error = f, None
 
-class RunFolder:
-    """train.py's out_dir through the door. Rank 0 takes the lock and decides, every rank abides.
-
-    ``open`` decides, under the lock, whether this invocation resumes a checkpoint (returned, loaded on
-    every rank) or starts fresh (None). A fresh start writes nothing until ``commit``, which train.py
-    calls once the run has taken its first step, so that no input the user gave can still make it
-    fail: only then is an old run it replaces moved aside and removed, and config.json written.
-    ``read_only`` (evaluation) takes no lock and writes nothing.
-    """
-
-    def __init__(self, out_dir: str | os.PathLike, dist_, read_only: bool = False):
-        self.out_dir, self.dist, self.read_only = Path(out_dir), dist_, read_only
-        self.dest = Destination(out_dir, makes=RUN, option="--out_dir", command="train.py")
-        self.found: Found | None = None
-        self.fresh = True
-        self.held = False
-        self.committed = False
-
-    def open(self, init_from: str, overwrite: bool) -> dict | None:
-        import checkpoint
-        import data_parallel
-
-        decision = []
-
-        def decide():
-            if not self.read_only:
-                self.dest.__enter__()
-                self.held = True
-                self.found = self.dest.found
-                gone = clear_leftovers(self.out_dir)  # killed checkpoint writers' whole-size temporaries
-                if gone:
-                    print(f"note: removed {len(gone)} half-written checkpoint file(s) a killed run left in "
-                          f"{self.out_dir / checkpoint.FOLDER} ({', '.join(p.name for p in gone)})", flush=True)
-            else:
-                self.found = look(self.out_dir)
-            decision.append(self._decide(init_from, overwrite))
-
+    def write(self, data) -> int:
         try:
-            data_parallel.agree(decide)
-        except UserError:
-            self.close()
+            return self.f.write(data)
+        except BaseException as e:
+            self.error = e
             raise
-        decision = data_parallel.all_gather_object(decision[0] if decision else "")[0]
-        if decision.startswith("resume:"):
-            self.fresh = False
-            return checkpoint.load_file(Path(decision.removeprefix("resume:")))
-        return None
 
-    def _decide(self, init_from: str, overwrite: bool) -> str:
-        import checkpoint
-        from metrics import KILLED
-
-        found, where = self.found, f"out_dir '{self.out_dir}'"
-        latest = checkpoint.latest(self.out_dir) if found.kind == RUN else None
-        if found.silent_end is not None and not self.read_only:
-            print(f"note: the run in {where} ended at iteration {found.silent_end:,} without a word: {KILLED}")
-        if init_from == "resume" or (init_from == "auto" and latest is not None):
-            if latest is not None:
-                return f"resume:{latest}"
-            if found.kind == RUN and found.restartable:
-                raise UserError(f"{where} has no checkpoint yet: its run stopped before the first one. Start it again "
-                                "with the same command without --init_from=resume (or with --init_from=auto)")
-            if found.kind == RUN:
-                raise UserError(f"{where} holds {found.what}: there is nothing to resume. Start a new run in another "
-                                "out_dir")
-            if found.kind in (ABSENT, EMPTY):
-                raise UserError(f"no checkpoint in {self.out_dir / checkpoint.FOLDER}; train first, or use "
-                                "--init_from=scratch")
-            raise UserError(f"{where} holds {found.what}, not a train.py run; give the out_dir of a run")
-        if self.read_only:
-            if init_from in ("scratch", "auto"):
-                raise UserError("eval_only=True evaluates a trained model: give --init_from=resume with the run's "
-                                "--out_dir, or --init_from=gpt2 or a Hugging Face directory")
-            return "fresh"
-        if found.kind == RUN and not found.restartable and not overwrite:
-            resume = "continue it with --init_from=resume, " if latest is not None else ""
-            raise UserError(f"{where} already holds {found.what}; {resume}choose another --out_dir, or pass "
-                            "--overwrite=True to replace it")
-        self.dest.allow(overwrite=overwrite)
-        if self.out_dir.exists() and not os.access(self.out_dir, os.W_OK | os.X_OK):
-            raise UserError(f"{where} is not writable; choose another --out_dir")
-        return "fresh"
-
-    def commit(self, config: dict) -> None:
-        """The run is under way: clear the run it replaces (a fresh start), then write its config.json."""
-        import data_parallel
-
-        if self.dist.is_main and not self.read_only:
-            if self.fresh and self.found.kind == RUN:
-                if self.found.restartable and self.found.what.startswith("a train.py run"):
-                    print(f"note: out_dir '{self.out_dir}' held the log of a run stopped before its first checkpoint; "
-                          "starting it again")
-                self.dest.move_aside(RUN_FILES)
-            self.out_dir.mkdir(exist_ok=True)
-            self.dest.lock.hold_folder(self.dest.option)
-            write_atomic(self.out_dir / "config.json", json.dumps(config, indent=2).encode())
-        self.committed = True
-        data_parallel.barrier()
-
-    def close(self) -> None:
-        if self.held:
-            self.held = False
-            self.dest.__exit__(None, None, None)
+    def __getattr__(self, name):
+        return getattr(self.f, name)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """``path`` holds ``data`` or its old content, never a part: written beside, flushed, renamed."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+def write_atomic(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], object]) -> None:
+    """The one writer of every file in a folder we own: ``path`` holds the new content or its old one, never a
+    part. ``data``: the bytes, or a function that writes them into the file it is given (torch.save). Written to
+    .NAME.PID.tmp beside, flushed to disk, renamed over ``path``, and the folder's entry flushed too; a write's
+    own error (a full disk, a file-size limit) names the file and leaves no temporary behind."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        with open(tmp, "wb") as raw:
+            f = _Noting(raw)
+            try:
+                f.write(data) if isinstance(data, (bytes, bytearray)) else data(f)
+            except RuntimeError:
+                if f.error is not None:
+                    raise f.error from None  # what the zip writer hid
+                raise
+            raw.flush()
+            os.fsync(raw.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None:  # a write's own error names no file: this one
+            raise OSError(e.errno, e.strerror, str(tmp)) from None
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+    fsync_dir(path.parent)
+
+
+def umask() -> int:
+    """The process's file-creation mask (read without changing it for more than an instant)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def read_json(path: str | os.PathLike) -> object:
+    """A JSON file's content, or one error naming the file when it is missing, unreadable or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"{path} cannot be read as JSON ({type(e).__name__}: {str(e)[:120]}); restore it, or leave it "
+                        "out") from None

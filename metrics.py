@@ -1,4 +1,4 @@
-"""A run's log: metrics.jsonl in out_dir (one JSON object per line), and Weights & Biases if asked.
+"""A run's log, metrics.jsonl in out_dir (one JSON object per line), and its readers. run_folder.py writes it.
 
 Every line has a ``kind``:
 
@@ -25,33 +25,19 @@ resume drops it.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from pathlib import Path
 
 from errors import UserError
 
 FILE = "metrics.jsonl"
-WANDB_ID = "wandb_id"  # in out_dir: the run's wandb id, so that a resumed run continues its own wandb run
-
-
-def read_json(path) -> object:
-    """A JSON file's content (a path, or anything with ``read_text``: a file inside a packed scan), or one error
-    naming the file when it is missing, unreadable or not JSON."""
-    try:
-        return json.loads(path.read_text() if hasattr(path, "read_text") else Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise UserError(f"{path} cannot be read as JSON ({type(e).__name__}: {str(e)[:120]}); restore it, or leave it "
-                        "out") from None
 
 
 def run_config(folder) -> dict:
     """The settings a train.py run recorded (its config.json's ``config``), or one error naming the file."""
     import configurator
+    from folders import read_json
 
-    saved = read_json(folder / "config.json")
+    saved = read_json(Path(folder) / "config.json")
     if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
         raise UserError(f"{folder / 'config.json'} is not the config.json of a train.py run (no 'config' in it)")
     for key, value in saved["config"].items():  # each known setting of the kind it has (an older run's others: kept)
@@ -62,10 +48,9 @@ def run_config(folder) -> dict:
 
 def records(path) -> list[dict]:
     """The JSON objects of a metrics.jsonl, one a line; a last line cut short by a crash is left out
-    (a bad line anywhere else is corruption, and an error naming the file). ``path`` is a file's path,
-    or anything with ``read_text`` (a file inside an archive)."""
+    (a bad line anywhere else is corruption, and an error naming the file)."""
     try:
-        text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
+        text = Path(path).read_text()
     except UnicodeDecodeError:
         raise UserError(f"{path} is not text: the log is corrupt; restore it, or start a new run") from None
     lines = [line for line in text.splitlines() if line.strip()]
@@ -113,81 +98,13 @@ KILLED = ("it was killed from outside, most likely by the kernel's out-of-memory
           "`journalctl -k` shows it); a smaller batch_size (with more gradient_accumulation_steps) needs less memory")
 
 
-class Log:
-    """Appends records to out_dir/metrics.jsonl on the main process (and to wandb, if given a run).
-
-    ``held``: keep the records in memory until ``open`` (a fresh run writes nothing into its folder
-    before its first step; folders.RunFolder)."""
-
-    def __init__(self, out_dir: str | os.PathLike, is_main: bool, wandb_run=None, held: bool = False):
-        self.path = Path(out_dir) / FILE
-        self.is_main = is_main
-        self.wandb_run = wandb_run
-        self.pending: list[dict] | None = [] if held else None
-        self.last_kind: str | None = None
-
-    def write(self, kind: str, **record) -> None:
-        if not self.is_main:
-            return
-        self.last_kind = kind
-        record = dict(kind=kind, **record)
-        if self.pending is not None:
-            self.pending.append(record)
-            return
-        self._append(record)
-
-    def open(self, wandb_run=None) -> None:
-        """Write the records held so far, and every one from now on."""
-        pending, self.pending = self.pending or [], None
-        self.wandb_run = wandb_run or self.wandb_run
-        for record in pending:
-            self._append(record)
-
-    def _append(self, record: dict) -> None:
-        try:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
-        except OSError as e:  # a full or read-only disk
-            raise UserError(f"iteration {record.get('iter')}: {self.path} could not be written ({e.strerror}); free space "
-                            "or fix the folder's permissions, then resume with --init_from=resume") from e
-        if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in record.items() if k != "kind"}, step=record["iter"])
-
-    def truncate(self, last_iter: int) -> None:
-        """Drop the lines past ``last_iter`` (a resumed run will write them again)."""
-        if not self.is_main or not self.path.exists():
-            return
-        kept = [r for r in records(self.path) if r["iter"] <= last_iter]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, self.path)
-
-    def finish(self) -> None:
-        if self.wandb_run is not None:
-            self.wandb_run.finish()
-
-
 def read(out_dir) -> tuple[list[dict], list[dict]]:
-    """(train lines, eval lines) of a run's metrics.jsonl; ``out_dir`` may be anything with ``joinpath``
-    whose files have ``read_text`` (a folder inside an archive)."""
+    """(train lines, eval lines) of a run's metrics.jsonl."""
     train, evals = [], []
-    folder = out_dir if hasattr(out_dir, "joinpath") else Path(out_dir)
-    for r in records(folder / FILE):
+    for r in records(Path(out_dir) / FILE):
         kind = r.get("kind")
         if kind == "eval":
             evals.append(r)
         elif kind == "train":
             train.append(r)
     return train, evals
-
-
-def start_wandb(out_dir: str | os.PathLike, resuming: bool, project: str, name: str, config: dict):
-    """A wandb run for this training run: the one it started (its id kept in out_dir) when resuming."""
-    try:
-        import wandb
-    except ImportError:
-        raise UserError("wandb_log=True needs wandb: pip install wandb (or drop --wandb_log)") from None
-    path = Path(out_dir) / WANDB_ID
-    run_id = path.read_text().strip() if resuming and path.is_file() else secrets.token_hex(4)
-    path.write_text(run_id + "\n")
-    return wandb.init(project=project, name=name, config=config, id=run_id, resume="allow")

@@ -371,7 +371,7 @@ def timing(cfg: TrainConfig, gpus: int, gpu: GPU, sim: Simulation) -> dict:
     model.estimate_mfu and every MFU measured here count them) at the GPU kind's MFU; a third more with activation
     checkpointing (the forward again), and evaluations as forward passes (a third of a training step)."""
     peak = (gpu.flops if _dtype(cfg) != torch.float32 else gpu.flops_fp32) * gpu.mfu
-    tokens = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size  # an iteration's, over every GPU
+    tokens = cfg.tokens_per_iter  # an iteration's, over every GPU
     flops = sim.flops_per_token * tokens
     iteration = flops * (4 / 3 if cfg.activation_checkpointing else 1) / gpus / peak
     evaluations = cfg.max_iters // cfg.eval_interval + 1

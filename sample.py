@@ -35,7 +35,7 @@ def load(args) -> tuple[LanguageModel, int, Path | None]:
         if checkpoint.latest(args.out_dir) is None:
             raise UserError(f"no checkpoint in {Path(args.out_dir) / checkpoint.FOLDER}; train first "
                             "(python train.py --out_dir=...), or pass --init_from=gpt2 or a Hugging Face directory")
-        model, state = export.load_model(args.out_dir)
+        model, state = checkpoint.load_model(args.out_dir)
         return model, export.data_vocab(state), None
     require("transformers", "hf")
     try:
@@ -86,6 +86,14 @@ def sample(args) -> list[str]:
                                generator=generator, vocab_size=vocab)
             out.append(decode(y[0].tolist()))
     return out
+
+
+def after_training(model: LanguageModel, device: torch.device, seed: int, vocab_size: int, length: int = 300) -> str:
+    """A sample of ``length`` tokens after a newline, to see what a run just learned (train.py prints it)."""
+    prompt = torch.tensor([[vocabulary.newline(vocab_size)]], device=device)
+    out = model.eval().generate(prompt, length, temperature=0.8, top_k=50,
+                                generator=torch.Generator(device=device).manual_seed(seed))
+    return vocabulary.decode(out[0].tolist(), vocab_size)
 
 
 # 0 is greedy; a positive temperature below 1e-3 divides the logits past what a float holds (use 0 for greedy)

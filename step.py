@@ -22,8 +22,7 @@ def build_model(cfg: TrainConfig, data_vocab: int, resume: dict | None) -> Langu
     if resume is not None:
         if resume["model_source"] == "scratch":
             checkpoint.check_shape(resume, configurator.as_dict(cfg), f"the checkpoint in {cfg.out_dir}")
-        model_cls, config_cls = architecture(resume.get("model_type", "gpt2"))
-        model = model_cls(config_cls(**resume["model_args"]))
+        model = checkpoint.model_of(resume)
     elif cfg.init_from in ("scratch", "auto"):  # auto with no checkpoint yet starts from scratch
         model_cls, config_cls = architecture(cfg.model)
         shape = dict(block_size=cfg.block_size, vocab_size=dataset.model_vocab(data_vocab), n_layer=cfg.n_layer,
@@ -79,3 +78,62 @@ def gradients(model, batches, micro_steps: int, autocast, scaler, optimizer, par
     scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
     return loss_sum, data_parallel.full(grad_norm)  # (FSDP2 returns this rank's part of the norm)
+
+
+def skips_on_device(optimizer) -> bool:
+    """Whether ``optimizer`` can skip a step from a flag on the device, as torch's fused optimizers do for
+    GradScaler (``found_inf``): then a step makes the host wait for nothing."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+class Guard:
+    """The non-finite guard of every step and the bookkeeping of the steps between two reads, kept on the device.
+
+    A step whose mean loss or gradient norm is not finite is skipped: the parameters and the optimizer's state,
+    step count included, stay as they were. With float16 the GradScaler owns overflowing gradients (it skips
+    those steps itself, and lowers its scale); a non-finite loss is skipped and counted either way. The flag
+    never leaves the device when the optimizer takes it (``skips_on_device``: torch's fused AdamW, Adam, SGD);
+    any other optimizer needs the host to decide, one sync a step. ``read`` brings the last step's loss and
+    norm, the skips and clips since the last read, and the first step that ran past ``max_skips`` skips in a
+    row: the one wait on the GPU, at log intervals and before evaluations."""
+
+    def __init__(self, optimizer, scaler, grad_clip: float, max_skips: int, device: torch.device):
+        self.optimizer, self.scaler, self.grad_clip, self.max_skips = optimizer, scaler, grad_clip, max_skips
+        self.on_device = skips_on_device(optimizer)
+        zero = torch.zeros((), device=device)
+        self.last = torch.zeros(2, device=device)  # the last step's (mean loss, gradient norm)
+        self.in_a_row, self.skipped, self.clipped = zero.clone(), zero.clone(), zero.clone()
+        self.over = torch.full((3,), -1.0, device=device, dtype=torch.float64)  # (iteration, loss, norm) | -1
+
+    def step(self, it: int, loss: torch.Tensor, norm: torch.Tensor) -> None:
+        """Take iteration ``it``'s optimizer step unless its loss or norm (0-d tensors) is not finite."""
+        bad = ~torch.isfinite(loss) if self.scaler.is_enabled() else ~(torch.isfinite(loss) & torch.isfinite(norm))
+        if self.on_device:
+            if self.scaler.is_enabled():  # (GradScaler hands the optimizer its own found_inf)
+                self.scaler.step(self.optimizer)
+            else:
+                self.optimizer.grad_scale, self.optimizer.found_inf = None, bad.float()
+                try:
+                    self.optimizer.step()
+                finally:
+                    del self.optimizer.grad_scale, self.optimizer.found_inf
+        elif not bad.item():  # the host decides: this optimizer cannot skip from a device flag
+            self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.last = torch.stack([loss.float(), norm.float()])
+        self.in_a_row = torch.where(bad, self.in_a_row + 1, 0.0)
+        self.skipped += bad
+        if self.grad_clip > 0:
+            self.clipped += norm > self.grad_clip
+        first = (self.in_a_row > self.max_skips) & (self.over[0] < 0)
+        at = torch.full((), float(it), device=loss.device, dtype=torch.float64)  # a fill: no copy from the host
+        self.over = torch.where(first, torch.stack([at, loss.double(), norm.double()]), self.over)
+
+    def read(self) -> dict:
+        """The values since the last read (one wait on the device), and the counters started again."""
+        loss, norm, in_a_row, skipped, clipped, over_it, over_loss, over_norm = torch.cat(
+            [self.last.double(), torch.stack([self.in_a_row, self.skipped, self.clipped]).double(), self.over]).tolist()
+        self.skipped.zero_()
+        self.clipped.zero_()
+        return dict(loss=loss, norm=norm, in_a_row=int(in_a_row), skipped=int(skipped), clipped=int(clipped),
+                    over=None if over_it < 0 else (int(over_it), over_loss, over_norm))

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import cli
+import folders
 from errors import UserError
 
 MAGIC = b"ADAMSTOK"
@@ -72,9 +73,7 @@ class TokenWriter:
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o666 & ~umask)  # mkstemp made it private to us; a token file is the user's, as any they write
+        os.chmod(self.tmp, 0o666 & ~folders.umask())  # mkstemp made it private to us; a token file is the user's, as any they write
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:

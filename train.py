@@ -11,6 +11,8 @@ DDP on one node of 8 GPUs:
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import json
 import logging
 import math
@@ -27,18 +29,14 @@ import cli as cli_
 import configurator
 import data_parallel
 import dataset
-import folders
-import metrics
 import plan
 import reporting
-import vocabulary
+import sample
 from configurator import TrainConfig
 from errors import Interrupted, UserError
 from model import LanguageModel
-from step import build_model, gradients, optimizer_kwargs
-
-# Dense bf16/fp16 tensor-core peak FLOP/s, from the vendors' data sheets, for the MFU estimate.
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12, "4090": 165e12}
+from run_folder import RunFolder
+from step import Guard, build_model, gradients, optimizer_kwargs
 
 
 def get_lr(it: int, cfg: TrainConfig) -> float:
@@ -102,7 +100,7 @@ def resume_config(cfg: TrainConfig, resume: dict, explicit: set[str] | None, wor
     if explicit is None:
         explicit = {k for k, v in vars(cfg).items() if v != getattr(TrainConfig(), k)}
     if resume.get("model_source", "scratch") != "scratch":  # a Hugging Face model's shape was never the config's
-        explicit = explicit - set(checkpoint.MODEL_SHAPE) - {"model"}
+        explicit = explicit - set(configurator.MODEL_SHAPE)
     cfg, changed = configurator.resumed(resume.get("config", {}), cfg, explicit, f"out_dir '{cfg.out_dir}'")
     if cfg.fsdp and not torch.distributed.is_initialized() and "fsdp" not in explicit:  # a sharded run, resumed
         changed["fsdp"] = (True, False)  # without torchrun: unsharded
@@ -114,13 +112,13 @@ def resume_config(cfg: TrainConfig, resume: dict, explicit: set[str] | None, wor
 
 
 def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None, cleanup: contextlib.ExitStack) -> dict:
-    device, out_dir, main_rank = dist_.device, Path(cfg.out_dir), dist_.is_main
+    device, main_rank = dist_.device, dist_.is_main
     if cfg.init_from != "resume":
         cfg = configurator.per_process(cfg, dist_.world_size, explicit, dist_.is_main)
         configurator.check(cfg, dist_.world_size)  # (a resumed run's config is checked once merged with the run's)
-    # the folder's lock first, then the decision: resume its checkpoint, or start fresh (writing nothing until
-    # the first step is taken, so that a run it replaces is removed only once no input can make this one fail)
-    folder = folders.RunFolder(out_dir, dist_, read_only=cfg.eval_only)
+    # the run's folder, opened once: its lock first, then the decision (resume its checkpoint, or start fresh,
+    # writing nothing until the first step is taken: a run it replaces goes only once no input can fail this one)
+    folder = RunFolder(cfg.out_dir, dist_, read_only=cfg.eval_only)
     cleanup.callback(folder.close)
     resume = folder.open(cfg.init_from, cfg.overwrite)
     if resume is not None:
@@ -136,110 +134,79 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
     if device.type == "cuda" and not cfg.eval_only and resume is None:
         data_parallel.agree(lambda: plan.refuse_if_unfit(cfg, dist_.world_size, device))
     raw_model, model, autocast, optimizer, scaler, dtype = build(cfg, dist_, data["vocab_size"], resume)
-    writes = main_rank and not cfg.eval_only  # an evaluation changes nothing in out_dir
-    log = metrics.Log(out_dir, writes, held=folder.fresh)
     progress = checkpoint.Progress()
     if resume is not None:
         progress = checkpoint.restore(resume, raw_model, optimizer, scaler, dist_)
-        log.truncate(progress.iter)
+        folder.truncate(progress.iter)
         if main_rank:
-            print(f"resuming from iteration {progress.iter} ({checkpoint.latest(out_dir)})")
+            print(f"resuming from iteration {progress.iter} ({checkpoint.latest(cfg.out_dir)})")
     source = resume["model_source"] if resume else "scratch" if cfg.init_from in ("scratch", "auto") else cfg.init_from
     meta = dict(config=configurator.as_dict(cfg), model_args=vars(raw_model.config).copy(), data_vocab=data["vocab_size"],
                 model_type=resume.get("model_type", "gpt2") if resume else cfg.model, model_source=source,
                 data=data["fingerprint"])
     resume = None  # free it
-    # config.json: what the run derived from its settings, its data, and that metrics.jsonl has a 'checkpoint' line
-    # for each checkpoint (folders.py reads them)
-    derived = dict(describe(cfg, meta["config"], raw_model, dist_, dtype) if main_rank else {},
-                   data=data["fingerprint"], checkpoints_in_log=True)
-
-    def commit() -> None:  # the run is under way: it takes its folder (a resumed run has it already)
-        folder.commit(dict(config=meta["config"], derived=derived))
-        if writes:
-            log.open(metrics.start_wandb(out_dir, not folder.fresh, cfg.wandb_project, cfg.wandb_run_name,
-                                         meta["config"]) if cfg.wandb_log else None)
-
-    micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
-    tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
+    micro_steps = cfg.gradient_accumulation_steps // dist_.world_size  # this rank's share of an iteration
+    derived = dict(describe(cfg, meta["config"], raw_model, dist_, dtype, micro_steps) if main_rank else {},
+                   data=data["fingerprint"])
+    wandb = dict(project=cfg.wandb_project, name=cfg.wandb_run_name) if cfg.wandb_log else None
+    begin = functools.partial(folder.begin, dict(config=meta["config"], derived=derived), wandb)
     if not folder.fresh and not cfg.eval_only:
-        commit()
+        begin()
+    for line in reporting.warnings(cfg, len(data["train"]), cfg.tokens_per_iter, progress.iter) if main_rank else []:
+        print(f"warning: {line}")
+    guard = Guard(optimizer, scaler, cfg.grad_clip, cfg.max_consecutive_skips, device)
+    report = reporting.Report(cfg, folder, raw_model, guard, progress, cfg.tokens_per_iter, device, main_rank)
+    params = [p for p in raw_model.parameters() if p.requires_grad]
 
     def batch(stream: int, it: int, index: int, split: str = "train"):
         return dataset.get_batch(data[split], cfg.seed, stream, it, index, cfg.batch_size, cfg.block_size,
                                  raw_model.config.vocab_size, device)
 
-    def eval_and_save(it: int) -> dict:
+    def eval_and_save(it: int) -> None:
+        report.read(it)  # the skips so far (the checkpoint counts them); a diverged run stops before it saves
         started = time.time()
         losses = evaluate(model, batch, cfg.eval_iters, dist_, autocast)
-        report.evaluated(time.time() - started)
-        log.write("eval", iter=it, tokens=progress.tokens, lr=get_lr(it, cfg), val_loss=losses["val"],
-                  eval_train_loss=losses["train"], elapsed_s=time.time() - report.start)
-        report.say(f"iter {it}: val loss {losses['val']:.4f}, train loss {losses['train']:.4f}")
+        report.evaluated(it, get_lr(it, cfg), losses, time.time() - started)
         if it > 0 and not cfg.eval_only and (losses["val"] < progress.best_val_loss or cfg.always_save_checkpoint):
             progress.best_val_loss = min(progress.best_val_loss, losses["val"])
-            checkpoint.save_run(out_dir, raw_model, optimizer, scaler, progress, meta, cfg.keep_checkpoints, dist_,
-                                sharded=cfg.fsdp)
-            log.write("checkpoint", iter=it)  # the run's first one makes it a run to resume, not to start again
-        return dict(val_loss=losses["val"], eval_train_loss=losses["train"], iter=it)
+            folder.save(raw_model, optimizer, scaler, progress, meta, cfg.keep_checkpoints, sharded=cfg.fsdp)
 
-    for line in reporting.warnings(cfg, len(data["train"]), tokens_per_iter, progress.iter) if main_rank else []:
-        print(f"warning: {line}")
-    report = reporting.Report(cfg, log, raw_model, peak_flops(device), progress, tokens_per_iter, main_rank)
-    consecutive_skips = 0
-    params = [p for p in raw_model.parameters() if p.requires_grad]
-    summary = {}
+    # this rank's micro-batches of every iteration from here on, each drawn while the model runs on the one before
+    batches = dataset.ahead(batch(dataset.TRAIN, it, micro * dist_.world_size + dist_.rank)
+                            for it in itertools.count(progress.iter) for micro in range(micro_steps))
     model.train()
     try:
         if progress.iter == 0 or cfg.eval_only:  # a resumed run evaluated this iteration before it stopped
-            summary.update(eval_and_save(progress.iter))
+            eval_and_save(progress.iter)
         for it in range(progress.iter, progress.iter if cfg.eval_only else cfg.max_iters):
             lr = get_lr(it, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_scale", 1.0)
-            batches = (batch(dataset.TRAIN, it, micro * dist_.world_size + dist_.rank) for micro in range(micro_steps))
-            loss_sum, grad_norm = gradients(model, batches, micro_steps, autocast, scaler, optimizer, params, cfg.grad_clip)
-            # one sync per step: the global mean loss, and the norm (identical on every rank after DDP)
-            train_loss, norm = (data_parallel.all_reduce_sum(torch.stack([loss_sum, grad_norm.float()]))
-                                / dist_.world_size).tolist()
-            # With float16 the GradScaler owns overflowing gradients: it skips those steps itself.
-            if math.isfinite(train_loss) and (math.isfinite(norm) or scaler.is_enabled()):
-                consecutive_skips = 0
-                scaler.step(optimizer)
-            else:
-                what, value = ("loss", train_loss) if not math.isfinite(train_loss) else ("gradient norm", norm)
-                consecutive_skips += 1
-                if consecutive_skips > cfg.max_consecutive_skips:
-                    log.write("diverged", iter=it + 1, reason=f"the {what} is {value}")  # sweep.py reads this
-                    raise UserError(f"iteration {it}: the {what} is {value}; stopping after {consecutive_skips} "
-                                    f"non-finite step(s) in a row (max_consecutive_skips={cfg.max_consecutive_skips})."
-                                    f" The last good checkpoint is {checkpoint.latest(out_dir)}: resume from it with "
-                                    "a lower learning_rate, or check the data")
-                progress.skipped_steps += 1
-                report.say(f"iter {it}: the {what} is not finite; step skipped ({consecutive_skips} in a row)")
-            scaler.update()
+            loss, norm = gradients(model, itertools.islice(batches, micro_steps), micro_steps, autocast, scaler,
+                                   optimizer, params, cfg.grad_clip)
+            # the mean loss over the ranks (the norm is the same on every rank): no rank waits for its value
+            loss, norm = data_parallel.all_reduce_sum(torch.stack([loss.float(), norm.float()])) / dist_.world_size
+            guard.step(it, loss, norm)  # skipped, on the device, if the loss or the norm is not finite
             optimizer.zero_grad(set_to_none=True)
-            progress.iter, progress.tokens = it + 1, progress.tokens + tokens_per_iter
-            if not folder.committed:
-                commit()
-            summary.update(report.step(it, lr, train_loss, norm, clipped=cfg.grad_clip > 0 and norm > cfg.grad_clip))
+            progress.iter, progress.tokens = it + 1, progress.tokens + cfg.tokens_per_iter
+            if not folder.begun:
+                begin()  # the run is under way: it takes its folder
+            report.step(it, lr)  # at log intervals, the one wait for the device
             if progress.iter % cfg.eval_interval == 0 or progress.iter == cfg.max_iters:
-                summary.update(eval_and_save(progress.iter))
-        if not folder.committed and not cfg.eval_only:  # max_iters=0: an evaluation, then done
-            commit()
+                eval_and_save(progress.iter)
+        if not folder.begun and not cfg.eval_only:  # max_iters=0: an evaluation, then done
+            begin()
     except BaseException as e:  # the log's last line says why the run stopped (else it was killed: metrics.py)
-        if folder.committed and not cfg.eval_only and log.last_kind != "diverged":
-            with contextlib.suppress(Exception):
-                log.write("stopped", iter=progress.iter, reason="interrupted" if isinstance(e, KeyboardInterrupt)
-                          else str(e)[:300] if isinstance(e, UserError) else f"{type(e).__name__}: {e}"[:300])
+        with contextlib.suppress(Exception):
+            report.stopped(e)
         raise
     finally:
         report.close()  # before any error message, so that message is the last line
-
     if not cfg.eval_only:
-        finish(cfg, raw_model, dist_, data["vocab_size"], log)
-    log.finish()
-    return dict(summary, skipped_steps=progress.skipped_steps)
+        finish(cfg, raw_model, dist_, data["vocab_size"], folder)
+        folder.end("finished", progress.iter)
+    folder.finish()
+    return dict(report.summary, skipped_steps=progress.skipped_steps)
 
 
 def load_data(cfg: TrainConfig, resume: dict | None, main_rank: bool) -> dict:
@@ -270,14 +237,14 @@ def build(cfg: TrainConfig, dist_: data_parallel.Dist, data_vocab: int, resume: 
     return raw_model, model, autocast, optimizer, scaler, dtype
 
 
-def finish(cfg: TrainConfig, model: LanguageModel, dist_: data_parallel.Dist, data_vocab: int, log: metrics.Log) -> None:
+def finish(cfg: TrainConfig, model: LanguageModel, dist_: data_parallel.Dist, data_vocab: int, folder: RunFolder) -> None:
     """The end of a run: a sample of what the model learned, and where the run's files are."""
     if cfg.sample_tokens and (dist_.is_main or cfg.fsdp):  # under FSDP every rank takes part in the forward
-        text = sample(model, dist_.device, cfg.seed, data_vocab, cfg.sample_tokens)
+        text = sample.after_training(model, dist_.device, cfg.seed, data_vocab, cfg.sample_tokens)
         if dist_.is_main:
             print(f"\n--- sample ---\n{text}\n--------------")
     if dist_.is_main:
-        print(f"metrics: {log.path}\ncheckpoint: {checkpoint.latest(cfg.out_dir)}\nconfig: {Path(cfg.out_dir) / 'config.json'}")
+        print(f"metrics: {folder.log_path}\ncheckpoint: {checkpoint.latest(cfg.out_dir)}\nconfig: {Path(cfg.out_dir) / 'config.json'}")
 
 
 @torch.no_grad()
@@ -299,10 +266,10 @@ def evaluate(model, batch, eval_iters: int, dist_: data_parallel.Dist, autocast)
     return out
 
 
-def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_parallel.Dist, dtype: str) -> dict:
+def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_parallel.Dist, dtype: str,
+             micro_steps: int) -> dict:
     """Print the config and what follows from it; returns the latter, for the run's config.json."""
-    micro_steps = cfg.gradient_accumulation_steps // dist_.world_size
-    tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
+    tokens_per_iter = cfg.tokens_per_iter
     params = model.num_params()
     tokens_per_param = tokens_per_iter * cfg.max_iters / params  # the run's length, as results/ measures it
     derived = dict(tokens_per_iter=tokens_per_iter, parameters=params, tokens_per_param=tokens_per_param,
@@ -317,21 +284,6 @@ def describe(cfg: TrainConfig, config: dict, model: LanguageModel, dist_: data_p
         print("note: AdamS usually wants a lower lr than AdamW: start at a quarter to half of a tuned AdamW lr, then "
               "scan x2 (README.md, 'AdamS in your own code')")
     return derived
-
-
-def peak_flops(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_FLOPS.items() if key in name), None)
-
-
-def sample(model: LanguageModel, device: torch.device, seed: int, vocab_size: int, length: int = 300) -> str:
-    """A sample of ``length`` tokens after a newline, to see what the model learned."""
-    prompt = torch.tensor([[vocabulary.newline(vocab_size)]], device=device)
-    out = model.eval().generate(prompt, length, temperature=0.8, top_k=50,
-                                generator=torch.Generator(device=device).manual_seed(seed))
-    return vocabulary.decode(out[0].tolist(), vocab_size)
 
 
 def cli(argv: list[str]) -> int:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 import cli
+import folders
 import metrics
 from errors import UserError
 from scripts import write_json
@@ -67,7 +68,7 @@ def main(argv=None):
             mfus = [r["mfu"] for r in steady if r["mfu"] is not None]
             row = dict(optimizer=name, tokens_per_s=statistics.median(r["tokens_per_s"] for r in steady),
                        mfu=statistics.median(mfus) if mfus else None, iters=args.iters, batch_size=args.batch_size,
-                       config=metrics.read_json(out / "config.json"))
+                       config=folders.read_json(out / "config.json"))
             rows.append(row)
             mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "- (no known peak FLOPs for this device)"
             print(f"{name}: {row['tokens_per_s']:,.0f} tokens/s, MFU {mfu}")

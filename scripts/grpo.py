@@ -89,7 +89,7 @@ import folders
 from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score, tinyzero_prompt
 from errors import UserError
-from metrics import read_json
+from folders import read_json
 from scripts import csv_bytes, figure_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -624,11 +624,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
-    """``expand``: how --table's paths become folders to read (the study passes its packed scans' reader)."""
+def main(argv=None):
     args = parse_args(argv)
     if args.table:
-        rows = [table_row(run) for run in expand(args.table) if finished(run)]
+        rows = [table_row(Path(run)) for run in args.table if finished(Path(run))]
         print(markdown(rows))
         return rows
     if args.model is None:

@@ -54,8 +54,7 @@ def line_styles(labels, keys: list[str] | None) -> dict[str, str]:
     return {label: ("-", "--", ":", "-.")[order.index(family[label]) % 4] for label in labels}
 
 
-def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
-    """``expand``: how the run paths given become folders to read (the study passes its packed scans' reader)."""
+def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=cli.text("a run folder"), help="out_dirs holding metrics.jsonl and config.json")
     parser.add_argument("--group", nargs="+", type=cli.text("a config key"), help="config keys whose values group runs into one curve (e.g. optimizer)")
@@ -67,7 +66,7 @@ def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
     args = parser.parse_args(argv)
 
     groups: dict[str, list[list[dict]]] = {}
-    for run in expand(args.runs):
+    for run in map(Path, args.runs):
         if not (run / "metrics.jsonl").exists():
             raise UserError(f"{run} has no metrics.jsonl; pass a run's out_dir")
         config, evals = load_run(run)

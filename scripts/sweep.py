@@ -21,10 +21,8 @@ folder to run it again. A run that failed otherwise is reported, and the sweep e
 A sweep into a folder that an earlier sweep over the same grid keys wrote adds its points to the
 earlier ones' table rather than replacing it, so a grid can be extended.
 
-``--summarize`` tabulates the runs that finished and writes nothing else. ``main(argv, expand=...)``
-takes how a path given on the command line becomes the folder to read (the study reads its packed
-scans through it: study/packed.py); a folder that is not a real one is read, and its table printed,
-never written.
+``--summarize`` tabulates the runs that finished and writes nothing else (the study summarizes its
+packed scans through study/packed.py).
 """
 
 from __future__ import annotations
@@ -154,7 +152,7 @@ def final_val_loss(out_dir: Path) -> tuple[float | None, bool]:
     return evals[-1]["val_loss"], evals[-1]["iter"] >= max_iters
 
 
-def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
+def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", nargs="*", type=cli.file, help="config files every run starts from")
     parser.add_argument("--grid", action="append", type=cli.assignment, default=[], help="KEY=V1,V2,... (repeatable)")
@@ -187,13 +185,16 @@ def main(argv=None, expand=lambda paths: [Path(p) for p in paths]):
         return
 
     if args.summarize:  # read-only: the table is printed, nothing is written
-        source = expand([args.out])[0]
+        source = Path(args.out)
         if not source.is_dir():
             raise UserError(f"--out {args.out} does not exist, so there is nothing to summarize; "
                             "pass the folder a sweep wrote its runs to")
         return summarize([(p, s, source / d.name) for p, s, d in runs], list(grid), source, write=False)
     with folders.Destination(args.out, makes=folders.SCAN, option="--out", command="scripts.sweep") as dest:
         dest.allow(continues=(folders.SCAN,))
+        Path(args.out).mkdir(exist_ok=True)
+        dest.lock.hold_folder("--out")
+        folders.mark(args.out, folders.SCAN, by="scripts.sweep")
         return sweep(args, runs, grid)
 
 

@@ -75,7 +75,7 @@ def effective_lr(eta: float, k: float, p: float) -> float:
 
 def measured_lrs(ratios: dict[str, float], dirs: list[Path]) -> list[tuple[float, float]]:
     """(embedding lr, R_emb) per measured run, its lr read from the config.json of the run of that name."""
-    roots = {str(r): r for r in (d.parent.parent if isinstance(d, pack.Packed) else d.resolve().parent.parent for d in dirs)}.values()
+    roots = {str(r): r for r in (d.resolve().parent.parent for d in dirs)}.values()
     points = []
     for run, r in ratios.items():
         found = [root / run / "config.json" for root in roots if (root / run / "config.json").exists()]

@@ -33,7 +33,7 @@ import statistics
 from pathlib import Path
 
 import cli
-import metrics
+import folders
 from errors import UserError
 from scripts import out_file, read_csv, save_figure, write_csv, write_text
 from scripts.sweep import final_val_loss
@@ -59,12 +59,12 @@ def read_runs(dirs: list[Path]) -> list[dict]:
         loss, finished = final_val_loss(d)
         if not finished or loss is None:
             continue
-        info = metrics.read_json(d / "config.json")
+        info = folders.read_json(d / "config.json")
         cfg, derived = info["config"], info["derived"]
         runs.append(dict(params=derived["parameters"], batch_tokens=derived["tokens_per_iter"], optimizer=cfg["optimizer"],
                          lr=cfg["learning_rate"], seed=cfg["seed"], max_iters=cfg["max_iters"],
                          betas=(cfg.get("beta1"), cfg.get("beta2")), embedding_lr_scale=cfg.get("embedding_lr_scale", 1.0),
-                         dataset=cfg.get("dataset"), val_loss=loss if math.isfinite(loss) else math.inf, run=str(d)))
+                         dataset=cfg.get("dataset"), val_loss=loss if math.isfinite(loss) else math.inf, run=pack.shown(d)))
     return runs
 
 

@@ -11,10 +11,10 @@ A scan's per-iteration logs are thousands of small files; packed, they are one f
 timestamps and permissions, so packing the same folder twice gives the same bytes, and git stores a
 re-packed scan that did not change as no change at all.
 
-Paths keep their meaning. ``resolve("study/results/runs/tiny/w64_800/adams")`` is that folder inside
-study/results/runs/tiny.zip (a ``zipfile.Path`` whose ``str`` is the path as given), and ``expand`` does the
-shell's globbing inside archives too, so the commands written beside the committed figures run as
-written: ``python -m study.lr_transfer study/results/runs/tiny/w64_*/*/`` (bash leaves a pattern that
+Paths keep their meaning. ``resolve("study/results/runs/tiny/w64_800/adams")`` is that folder of
+study/results/runs/tiny.zip, extracted once per process to a temporary folder (so every reader reads plain
+files; ``shown`` names it as it was), and ``expand`` does the shell's globbing inside archives too, so the
+commands written beside the committed figures run as written: ``python -m study.lr_transfer study/results/runs/tiny/w64_*/*/`` (bash leaves a pattern that
 matches no real folder as it is, and the script expands it; in zsh, quote it). A real folder wins over
 an archive of the same name, so an unpacked scan is read from its files.
 
@@ -27,12 +27,14 @@ checkpoints (commit logs, not weights), and an existing archive with members the
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import json
 import os
 import posixpath
 import shutil
 import stat
+import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -47,107 +49,112 @@ NOT_PACKED = (".lock",)  # a run's writer lock: present only while a run is goin
 CHECKPOINT_SUFFIXES = (".pt", ".dcp", ".safetensors", ".bin")
 
 
-class Packed(zipfile.Path):
-    """A file or folder inside a packed scan. ``str`` gives the path it had before it was packed
-    (``study/results/runs/tiny/w64_800``, not ``study/results/runs/tiny.zip/w64_800``), so tables that name runs
-    read the same from the archive as from the folder."""
-
-    def __str__(self) -> str:
-        folder = self.root.filename[: -len(SUFFIX)]
-        return posixpath.join(folder, self.at).rstrip("/")
-
-    def exists(self) -> bool:  # zipfile.Path says the archive's own root does not exist
-        return not self.at or super().exists()
-
-    def __repr__(self) -> str:
-        return f"Packed({str(self)!r})"
-
-    def read_text(self, *args, **kwargs) -> str:
-        """The member's text; a metrics.jsonl written before its lines had a ``kind`` (132 of the committed
-        runs) is given one, as train.py writes them now: 'eval' where there is a val_loss, else 'train'."""
-        text = super().read_text(*args, **kwargs)
-        if self.name != "metrics.jsonl" or '"kind"' in text.split("\n", 1)[0]:
-            return text
-        lines = []
-        for line in text.splitlines(keepends=True):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                lines.append(line)  # (a last line cut short: the reader leaves it out)
-                continue
-            kind = "eval" if "val_loss" in record else "train"
-            lines.append(json.dumps(dict(kind=kind, **record)) + ("\n" if line.endswith("\n") else ""))
-        return "".join(lines)
-
-    def __fspath__(self):  # open(packed) would look for a file that is not there: fail loudly instead
-        raise TypeError(f"{self} is inside {self.root.filename}; read it with .open() or .read_text(), not open()")
+_extracted: dict[tuple, Path] = {}  # an archive (by its file) -> the folder it was extracted to, this process
+_shown: dict[Path, str] = {}  # such a folder -> the path its scan had before it was packed
 
 
-_archives: dict[tuple, Packed] = {}
+def _with_kinds(text: str) -> str:
+    """A metrics.jsonl written before its lines had a ``kind`` (132 of the committed runs), with one, as train.py
+    writes them now: 'eval' where there is a val_loss, else 'train'."""
+    if '"kind"' in text.split("\n", 1)[0]:
+        return text
+    lines = []
+    for line in text.splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            lines.append(line)  # (a last line cut short: the reader leaves it out)
+            continue
+        kind = "eval" if "val_loss" in record else "train"
+        lines.append(json.dumps(dict(kind=kind, **record)) + ("\n" if line.endswith("\n") else ""))
+    return "".join(lines)
 
 
-def _root(archive: Path) -> Packed:
-    """The archive's root, opened once; keyed by the file itself (not its name), so an archive that was
-    re-packed, or the same relative name seen from another folder, is opened afresh."""
-    stat = os.stat(archive)
-    key = (str(archive), os.path.realpath(archive), stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    if key not in _archives:
-        _archives[key] = Packed(zipfile.ZipFile(str(archive)))
-    return _archives[key]
+def extracted(archive: Path) -> Path:
+    """The folder ``archive`` holds, extracted once per process into a temporary folder (removed when the process
+    ends), so that every reader reads plain files. The archive is the one this script wrote (checked)."""
+    info = os.stat(archive)
+    key = (os.path.realpath(archive), info.st_ino, info.st_mtime_ns, info.st_size)
+    if key not in _extracted:
+        root = Path(tempfile.mkdtemp(prefix="adams-gpt-scan-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+        folder = root / archive.name.removesuffix(SUFFIX)
+        try:
+            zf = zipfile.ZipFile(archive)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise UserError(f"{archive} is not a readable archive ({e})") from None
+        with zf:
+            for member in _checked_members(archive, zf):
+                target = folder.joinpath(*PurePosixPath(member.filename).parts)
+                if member.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = zf.read(member)
+                if target.name == "metrics.jsonl":
+                    data = _with_kinds(data.decode()).encode()
+                target.write_bytes(data)
+        folder.mkdir(exist_ok=True)
+        _extracted[key] = folder
+        _shown[folder] = str(archive)[: -len(SUFFIX)]
+    return _extracted[key]
+
+
+def shown(path: Path) -> str:
+    """A path as the user knows it: one inside an extracted scan as it was before the scan was packed
+    (``study/results/runs/tiny/w64_800``), so that tables name runs the same from an archive as from a folder."""
+    for folder, name in _shown.items():
+        if path == folder or folder in path.parents:
+            return posixpath.join(name, path.relative_to(folder).as_posix()).removesuffix("/.")
+    return str(path)
 
 
 def _archive_of(folder: Path) -> Path:
     return folder.with_name(folder.name + SUFFIX)
 
 
-def resolve(path: str | os.PathLike) -> Path | Packed:
-    """``path`` on disk if it is there, else the same path inside the archive that packed one of its
-    parent folders (``a/b/c/d`` -> ``c/d`` in a/b.zip); unchanged (and not existing) if neither."""
-    path = Path(path)
-    if path.exists():
-        return path
-    parts = path.parts
+def packed_in(path: str | os.PathLike) -> Path | None:
+    """The archive that packed ``path`` or one of its parent folders (a/b.zip for a/b/c), if one did."""
+    parts = Path(path).parts
     for i in range(len(parts), 0, -1):
         folder = Path(*parts[:i])
         if folder.name in ("", ".", "..") or folder.is_dir():
             continue
-        archive = _archive_of(folder)
-        if archive.is_file():
-            return _root(archive).joinpath(*parts[i:]) if parts[i:] else _root(archive)
-    return path
+        if _archive_of(folder).is_file():
+            return _archive_of(folder)
+    return None
 
 
-def refuse_packed(out: str | os.PathLike) -> None:
-    """Stop a command that would write runs into a packed scan: it would start a folder beside the
-    archive and redo the runs the archive holds."""
-    found = resolve(out)
-    if isinstance(found, Packed):
-        archive = found.root.filename
-        raise UserError(f"{out} is packed in {archive}; unpack it first (python -m study.pack --unpack {archive}), "
-                         "run, then pack the folder again")
+def resolve(path: str | os.PathLike) -> Path:
+    """``path`` on disk if it is there, else the same path inside the extracted archive that packed one of its
+    parent folders (``a/b/c/d`` -> ``c/d`` of a/b.zip); unchanged (and not existing) if neither."""
+    path = Path(path)
+    archive = None if path.exists() else packed_in(path)
+    if archive is None:
+        return path
+    inside = path.relative_to(archive.with_name(archive.name.removesuffix(SUFFIX)))
+    return extracted(archive).joinpath(inside)
 
 
-def _children(node: Path | Packed) -> dict[str, Path | Packed]:
+def _children(node: Path) -> dict[str, Path]:
     """A folder's entries by name; a packed folder (NAME.zip) is listed as NAME, unless a real NAME is there."""
     if not node.is_dir():
         return {}
-    found: dict[str, Path | Packed] = {}
-    if isinstance(node, Packed):
-        return {child.name: child for child in node.iterdir()}
+    found: dict[str, Path] = {}
     for child in node.iterdir():
         if child.suffix == SUFFIX and child.is_file() and not (child.with_suffix("")).exists():
-            found[child.stem] = _root(child)
+            found[child.stem] = extracted(child)
         else:
             found[child.name] = child
     return found
 
 
-def _glob(pattern: str) -> list[Path | Packed]:
+def _glob(pattern: str) -> list[Path]:
     """The shell's glob of ``pattern`` (``*``, ``?``, ``[...]``; a trailing / keeps folders only), inside
     archives too; sorted as in the C locale."""
     dirs_only = pattern.endswith("/")
     pure = PurePosixPath(pattern)
-    nodes: list[Path | Packed] = [Path(pure.anchor or ".")]
+    nodes: list[Path] = [Path(pure.anchor or ".")]
     for part in pure.parts[1 if pure.anchor else 0:]:
         step = []
         for node in nodes:
@@ -155,20 +162,20 @@ def _glob(pattern: str) -> list[Path | Packed]:
                 step += [child for name, child in sorted(_children(node).items())
                          if fnmatch.fnmatchcase(name, part) and (part.startswith(".") or not name.startswith("."))]
             else:
-                child = resolve(node / part) if isinstance(node, Path) else node / part
+                child = resolve(node / part)
                 if child.exists():
                     step.append(child)
         nodes = step
     if dirs_only:
         nodes = [n for n in nodes if n.is_dir()]
-    return sorted(nodes, key=str)
+    return sorted(nodes, key=shown)
 
 
-def expand(args: list[str | os.PathLike]) -> list[Path | Packed]:
+def expand(args: list[str | os.PathLike]) -> list[Path]:
     """Command-line paths as the scripts should see them: each resolved (``resolve``), and each pattern
     the shell left unexpanded (it matched no real path) globbed, archives included; a pattern that
     matches nothing stays as given, for the caller's "does not exist" error."""
-    out: list[Path | Packed] = []
+    out: list[Path] = []
     for arg in args:
         text = os.fspath(arg)
         if any(c in text for c in "*?[") and not Path(text).exists():
@@ -230,7 +237,7 @@ def pack(folder: Path) -> Path:
     folder = Path(folder)
     archive = _archive_of(folder)
     with folders.Destination(folder, makes=folders.SCAN, option="FOLDER", command="study.pack") as scan, \
-            folders.Destination(archive, makes=folders.ARCHIVE, option="archive", command="study.pack") as dest:
+            folders.Destination(archive, makes=folders.FILE, option="archive", command="study.pack") as dest:
         if not folder.is_dir():
             raise UserError(f"{folder} is not a folder; pass the folder a sweep wrote its runs to")
         _refuse_unpackable(folder)
@@ -254,6 +261,18 @@ def pack(folder: Path) -> Path:
     return archive
 
 
+def _checked_members(archive: Path, zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
+    """The archive's members, once none may land outside its folder or be anything but a file or a folder."""
+    infos = zf.infolist()
+    for info in infos:
+        parts = PurePosixPath(info.filename).parts
+        if info.filename.startswith(("/", "\\")) or ".." in parts or ":" in info.filename or \
+                stat.S_ISLNK(info.external_attr >> 16):
+            raise UserError(f"{archive} has a member outside its folder or that is a link ({info.filename}); "
+                            "it was not made by this script")
+    return infos
+
+
 MAX_BYTES = 20 * 2**30  # what --unpack writes at most unless told otherwise
 
 
@@ -265,20 +284,14 @@ def unpack(archive: Path, out: Path | None, max_bytes: int = MAX_BYTES) -> Path:
         raise UserError(f"{archive} is not a packed scan (a .zip file); pass one like study/results/runs/tiny.zip")
     out = Path(out) if out else archive.with_suffix("")
     with folders.Destination(out, makes=folders.SCAN, option="--out", command="study.pack --unpack") as dest:
-        if dest.found.kind not in (folders.ABSENT, folders.EMPTY, folders.PACKED):  # (packed: back where it was)
+        if dest.found.kind not in (folders.ABSENT, folders.EMPTY):
             raise UserError(f"{out} already exists and is not empty; pass --out to unpack somewhere else")
         try:
             zf = zipfile.ZipFile(archive)
         except (OSError, zipfile.BadZipFile) as e:
             raise UserError(f"{archive} is not a readable archive ({e})") from None
         with zf:
-            infos = zf.infolist()
-            for info in infos:  # no member may land outside the folder, or be anything but a file or folder
-                parts = PurePosixPath(info.filename).parts
-                if info.filename.startswith(("/", "\\")) or ".." in parts or ":" in info.filename or \
-                        stat.S_ISLNK(info.external_attr >> 16):
-                    raise UserError(f"{archive} has a member outside its folder or that is a link ({info.filename}); "
-                                    "it was not made by this script")
+            infos = _checked_members(archive, zf)
             total = sum(info.file_size for info in infos)
             if total > max_bytes:
                 raise UserError(f"{archive} would unpack to {total:,} bytes, over the budget of {max_bytes:,}; pass "

@@ -81,12 +81,20 @@ def _tensor_bytes(obj) -> int:
 def injected(spec: str):
     """Patch the faults of ``spec`` into what train.py calls, for the duration of the block."""
     faults = parse(spec)
-    current = {"it": -1}  # the training iteration in progress, from the batches it draws
+    current = {"it": -1}  # the training iteration in progress: that of the batch its model runs on
+    born: dict[int, int] = {}  # id of a training batch's inputs -> its iteration (batches are drawn ahead)
     get_batch, forward = dataset.get_batch, model_module.GPT.forward
     clip, save = torch.nn.utils.clip_grad_norm_, torch.save
 
     def get_batch_(tokens, seed, stream, it, index, *args, **kwargs):
-        if stream == dataset.TRAIN and it != current["it"]:
+        x, y = get_batch(tokens, seed, stream, it, index, *args, **kwargs)
+        if stream == dataset.TRAIN:
+            born[id(x)] = it
+        return x, y
+
+    def forward_(self, idx, targets=None):
+        it = born.pop(id(idx), None) if self.training else None
+        if it is not None and it != current["it"]:  # the first forward of iteration ``it``
             current["it"] = it
             if it in faults.get("kill", ()):
                 kill_self()
@@ -94,9 +102,6 @@ def injected(spec: str):
                 os.kill(os.getpid(), signal.SIGTERM)
             if it in faults.get("crash", ()):
                 raise RuntimeError(f"injected crash at iteration {it}")
-        return get_batch(tokens, seed, stream, it, index, *args, **kwargs)
-
-    def forward_(self, idx, targets=None):
         logits, loss = forward(self, idx, targets)
         if self.training and loss is not None:
             if current["it"] in faults.get("nan_loss", ()):

@@ -53,7 +53,7 @@ def test_export_gives_our_logits_in_transformers(bias, data_dir, tmp_path):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=3, eval_interval=3, bias=bias)
     train.main(cfg)
     export.export(cfg.out_dir, tmp_path / "hf")
-    ours, _ = export.load_model(cfg.out_dir)
+    ours, _ = checkpoint.load_model(cfg.out_dir)
     ids = torch.randint(0, 256, (3, 32), generator=torch.Generator().manual_seed(0))
     diff = (hf_logits(tmp_path / "hf", ids) - our_logits(ours, ids)).abs().max().item()
     assert diff <= 1e-5, diff
@@ -81,7 +81,7 @@ def test_a_padded_vocabulary_is_cropped_to_the_datas(tmp_path, capsys):
     write_tokens(root / "v300" / "val.bin", tokens[:5000], 300)
     cfg = tiny_config(root, tmp_path / "run", dataset="v300", max_iters=2, eval_interval=2)
     train.main(cfg)
-    ours, state = export.load_model(cfg.out_dir)
+    ours, state = checkpoint.load_model(cfg.out_dir)
     assert ours.config.vocab_size == 320 and state["data_vocab"] == 300  # padded to a multiple of 64
     export.export(cfg.out_dir, tmp_path / "hf")
     assert "neither bytes nor GPT-2's; no tokenizer written" in capsys.readouterr().out

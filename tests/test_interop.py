@@ -20,6 +20,7 @@ import consolidate
 import dataset
 import export
 import metrics
+import run_folder
 import train
 import vocabulary
 from tests.helpers import cli_args, tiny_config
@@ -107,7 +108,7 @@ def test_a_llama_run_exports_to_a_transformers_llama_with_our_logits(data_dir, t
     export.export(cfg.out_dir, tmp_path / "hf")
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert type(hf).__name__ == "LlamaForCausalLM"
-    ours, _ = export.load_model(cfg.out_dir)
+    ours, _ = checkpoint.load_model(cfg.out_dir)
     ids = torch.randint(0, 256, (3, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         diff = (hf(ids).logits - ours(ids, ids)[0]).abs().max().item()
@@ -150,9 +151,9 @@ def test_adam_mini_on_a_grouped_query_model_matches_the_official_package():
 def test_a_resumed_run_continues_its_wandb_run(data_dir, tmp_path, offline_wandb):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=2, eval_interval=2, wandb_log=True)
     train.main(cfg)
-    run_id = (tmp_path / "run" / metrics.WANDB_ID).read_text().strip()
+    run_id = (tmp_path / "run" / run_folder.WANDB_ID).read_text().strip()
     train.cli(["--init_from=resume", f"--out_dir={cfg.out_dir}", "--max_iters=4", "--lr_decay_iters=20"])
-    assert (tmp_path / "run" / metrics.WANDB_ID).read_text().strip() == run_id
+    assert (tmp_path / "run" / run_folder.WANDB_ID).read_text().strip() == run_id
     runs = sorted(offline_wandb.glob("offline-run-*"))
     assert len(runs) == 2 and all(run_id in r.name for r in runs)  # two sessions of one wandb run (a -1 if in one second)
 

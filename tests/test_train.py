@@ -204,7 +204,7 @@ def test_the_run_is_described_in_tokens_per_parameter(optimizer, max_iters, star
     # AdamW's lr, and 200 are 400, from which it says half
     cfg = TrainConfig(optimizer=optimizer, max_iters=max_iters, gradient_accumulation_steps=4, batch_size=8, block_size=64)
     model = SimpleNamespace(num_params=lambda: 1024)
-    derived = train.describe(cfg, {}, model, SimpleNamespace(world_size=1, device="cpu"), "float32")
+    derived = train.describe(cfg, {}, model, SimpleNamespace(world_size=1, device="cpu"), "float32", micro_steps=4)
     out = capsys.readouterr().out
     assert f"{max_iters:,} iterations = {2 * max_iters:.2f} tokens per parameter" in out
     assert derived["tokens_per_param"] == 2 * max_iters

@@ -1,0 +1,117 @@
+"""Our train.py against karpathy/nanoGPT's, side by side on a CPU, at nanoGPT's own CPU-sized shape.
+
+    git clone https://github.com/karpathy/nanoGPT /tmp/nanoGPT
+    python -m scripts.bench_nanogpt --nanogpt /tmp/nanoGPT                      # 3 pairs of 400 iterations
+    python -m scripts.bench_nanogpt --nanogpt /tmp/nanoGPT --threads 1 --json results/cpu/bench_nanogpt.json
+
+Both train the same model (4 layers, 128 wide, 4 heads, 128 tokens, batch 16, no bias, no dropout, fp32,
+eager) with AdamW for ``--iters`` iterations on the same tokens (the embedded corpus, byte-level: nanoGPT
+reads it from raw uint16 files and a meta.pkl of its vocabulary, written to a temporary folder), each
+evaluating 20 batches at the start and the end and saving one checkpoint, logging every 10 iterations.
+The two run in turn, in pairs whose order alternates, each a fresh process; a pair's ratio is nanoGPT's
+wall time over ours (above 1: ours is faster), and the figure is the median over the pairs. Each run's
+per-iteration time (the median of its logged ``time ...ms`` figures, which both print) says whether a gap
+is per iteration or start-up. nanoGPT's checkout is only run, never copied into this repository.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import cli
+import dataset
+from errors import UserError
+from scripts import write_json
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPE = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, batch_size=16, dropout=0.0, bias=False,
+             gradient_accumulation_steps=1, learning_rate=1e-3, min_lr=1e-4, eval_iters=20, log_interval=10)
+ITER_TIME = re.compile(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", re.M)
+
+
+def nanogpt_data(folder: Path) -> Path:
+    """The embedded corpus as nanoGPT reads a dataset: raw uint16 train.bin and val.bin, and meta.pkl."""
+    data = dataset.load("data", "pystdlib", SHAPE["block_size"])
+    folder.mkdir(parents=True)
+    for split in ("train", "val"):
+        np.asarray(data[split], dtype=np.uint16).tofile(folder / f"{split}.bin")
+    with open(folder / "meta.pkl", "wb") as f:  # nanoGPT takes its vocabulary size from here (else 50,304)
+        pickle.dump({"vocab_size": data["vocab_size"]}, f)
+    return folder
+
+
+def commands(nanogpt: Path, tmp: Path, data: Path, iters: int) -> dict[str, tuple[list[str], Path]]:
+    shared = dict(SHAPE, max_iters=iters, lr_decay_iters=iters, warmup_iters=iters // 10, eval_interval=iters)
+    flags = [f"--{k}={v}" for k, v in shared.items()]
+    return {
+        "nanoGPT": ([sys.executable, str(nanogpt / "train.py"), *flags, f"--dataset={data}", "--device=cpu",
+                     "--dtype=float32", "--compile=False", f"--out_dir={tmp / 'nanogpt_out'}"], nanogpt),
+        "ours": ([sys.executable, str(REPO / "train.py"), *flags, "--dataset=pystdlib", "--device=cpu", "--dtype=float32",
+                  "--compile=False", "--optimizer=adamw", "--sample_tokens=0", "--overwrite=True",
+                  f"--out_dir={tmp / 'ours_out'}"], REPO),
+    }
+
+
+def run(name: str, command: list[str], cwd: Path, env: dict) -> dict:
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+        raise UserError(f"{name}'s run failed (exit {done.returncode}); its last lines:\n{tail}")
+    times = [float(ms) for it, ms in ITER_TIME.findall(done.stdout) if int(it) > 0]
+    return dict(wall_s=wall, iter_ms=statistics.median(times) if times else None)
+
+
+def main(argv=None):
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nanogpt", type=cli.existing, required=True, help="a checkout of karpathy/nanoGPT")
+    parser.add_argument("--pairs", type=cli.integer(1, 100), default=3, help="alternating pairs of runs")
+    parser.add_argument("--iters", type=cli.integer(10, 1_000_000), default=400)
+    parser.add_argument("--threads", type=cli.integer(1, 1024), help="OMP_NUM_THREADS for both (default: torch's own)")
+    parser.add_argument("--json", type=cli.place, help="write the pairs and the ratio here")
+    args = parser.parse_args(argv)
+    missing = [n for n in ("train.py", "model.py", "configurator.py") if not (args.nanogpt / n).is_file()]
+    if missing:
+        raise UserError(f"{args.nanogpt} is not a nanoGPT checkout (no {missing[0]}); git clone "
+                        "https://github.com/karpathy/nanoGPT and pass its folder")
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}))
+    pairs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        runs = commands(args.nanogpt.resolve(), tmp, nanogpt_data(tmp / "nanogpt_data"), args.iters)
+        progress = cli.progress(range(args.pairs), "pairs")
+        for k in progress:
+            order = ("nanoGPT", "ours") if k % 2 == 0 else ("ours", "nanoGPT")
+            pair = {name: run(name, *runs[name], env) for name in order}
+            pair["ratio"] = pair["nanoGPT"]["wall_s"] / pair["ours"]["wall_s"]
+            pairs.append(pair)
+            print(f"pair {k + 1}: nanoGPT {pair['nanoGPT']['wall_s']:.1f} s, ours {pair['ours']['wall_s']:.1f} s, "
+                  f"ratio {pair['ratio']:.3f}", flush=True)
+    ratio = statistics.median(p["ratio"] for p in pairs)
+    per_iter = {name: statistics.median(p[name]["iter_ms"] for p in pairs) for name in ("nanoGPT", "ours")}
+    print(f"nanoGPT's wall time over ours: {ratio:.3f} (median of {len(pairs)} alternating pairs); per iteration "
+          f"{per_iter['nanoGPT']:.1f} ms against our {per_iter['ours']:.1f} ms (medians of the logged times)")
+    result = dict(ratio=ratio, iter_ms=per_iter, pairs=pairs, shape=dict(SHAPE, max_iters=args.iters, optimizer="adamw"),
+                  threads=args.threads or torch.get_num_threads(), cpu=platform.processor() or platform.machine(),
+                  cores=os.cpu_count(), torch=torch.__version__,
+                  command="python -m scripts.bench_nanogpt " + " ".join(argv if argv is not None else sys.argv[1:]))
+    if args.json:
+        write_json(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli.main(main))
