@@ -12,6 +12,7 @@ from pathlib import Path
 
 import checkpoint
 import cli
+import contents
 import folders
 import metrics
 from errors import UserError
@@ -28,8 +29,8 @@ def consolidate(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
         raise UserError(f"no checkpoint in {src / checkpoint.FOLDER}; give the out_dir of a run trained with fsdp=True")
     if not path.is_dir():
         raise UserError(f"{path} is already one .pt file; train.py, sample.py and export.py read it as it is")
-    with folders.Destination(dst, makes=folders.RUN, option="DST", command="python -m consolidate") as dest:
-        if dest.found.kind not in (folders.ABSENT, folders.EMPTY):
+    with folders.Destination(dst, makes=contents.RUN, option="DST", command="python -m consolidate") as dest:
+        if dest.found.kind not in (contents.ABSENT, contents.EMPTY):
             raise UserError(f"DST {dst} holds {dest.found.what}; choose a new folder for the consolidated run")
         meta = checkpoint.load_file(path)
         meta.pop("dcp_path")

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import checkpoint
 import cli
+import contents
 import folders
 import vocabulary
 from errors import UserError, require
@@ -46,7 +47,7 @@ def export(source: str | Path, hf_dir: str | Path, overwrite: bool = False) -> P
     """Write the checkpoint at ``source`` (an out_dir or a checkpoint) to ``hf_dir``; returns it. ``hf_dir`` is
     written beside and swapped in whole; it may replace only an export, and only with ``overwrite``."""
     hf_dir = Path(hf_dir)
-    with folders.Destination(hf_dir, makes=folders.EXPORT, option="HF_DIR", command="export.py") as dest:
+    with folders.Destination(hf_dir, makes=contents.EXPORT, option="HF_DIR", command="export.py") as dest:
         dest.allow(overwrite=overwrite)
         require("transformers", "hf")
         model, state = checkpoint.load_model(source)

@@ -2,7 +2,7 @@
 
 ``RunFolder`` owns everything train.py puts in out_dir::
 
-    .adams_gpt          what the folder is (a run), how far it got and how it ended: read by folders.look
+    .adams_gpt          what the folder is (a run), how far it got and how it ended: read by contents.look
     config.json         the run's settings and what it derived from them
     metrics.jsonl       its log (metrics.py reads it)
     wandb_id            the Weights & Biases run it continues, when it logs there
@@ -26,6 +26,7 @@ import secrets
 from pathlib import Path
 
 import checkpoint
+import contents
 import data_parallel
 import folders
 import metrics
@@ -38,8 +39,8 @@ class RunFolder:
     def __init__(self, out_dir: str | os.PathLike, dist_: data_parallel.Dist, read_only: bool = False):
         self.path, self.dist, self.read_only = Path(out_dir), dist_, read_only
         self.writes = dist_.is_main and not read_only
-        self.dest = folders.Destination(out_dir, makes=folders.RUN, option="--out_dir", command="train.py")
-        self.found: folders.Found | None = None
+        self.dest = folders.Destination(out_dir, makes=contents.RUN, option="--out_dir", command="train.py")
+        self.found: contents.Found | None = None
         self.fresh, self.held, self.begun = True, False, False
         self.marker: dict = {}
         self.held_lines: list[dict] = []
@@ -60,7 +61,7 @@ class RunFolder:
                 if gone:
                     print(f"note: removed {len(gone)} half-written checkpoint file(s) a killed run left in "
                           f"{self.path / checkpoint.FOLDER} ({', '.join(p.name for p in gone)})", flush=True)
-            self.found = self.dest.found if self.held else folders.look(self.path)
+            self.found = self.dest.found if self.held else contents.look(self.path)
             decision.append(self._decide(init_from, overwrite))
 
         try:
@@ -74,25 +75,25 @@ class RunFolder:
         self.fresh = False
         state = checkpoint.load_file(Path(decision.removeprefix("resume:")))
         if self.writes:
-            self.marker = folders.marker(self.path) or {}
+            self.marker = contents.marker(self.path) or {}
         return state
 
     def _decide(self, init_from: str, overwrite: bool) -> str:
         found, where = self.found, f"out_dir '{self.path}'"
-        latest = checkpoint.latest(self.path) if found.kind == folders.RUN else None
-        killed = self._killed_at() if found.kind == folders.RUN and not self.read_only else None
+        latest = checkpoint.latest(self.path) if found.kind == contents.RUN else None
+        killed = self._killed_at() if found.kind == contents.RUN and not self.read_only else None
         if killed is not None:
             print(f"note: the run in {where} ended at iteration {killed:,} without a word: {metrics.KILLED}")
         if init_from == "resume" or (init_from == "auto" and latest is not None):
             if latest is not None:
                 return f"resume:{latest}"
-            if found.kind == folders.RUN and found.restartable:
+            if found.kind == contents.RUN and found.restartable:
                 raise UserError(f"{where} has no checkpoint yet: its run stopped before the first one. Start it again "
                                 "with the same command without --init_from=resume (or with --init_from=auto)")
-            if found.kind == folders.RUN:
+            if found.kind == contents.RUN:
                 raise UserError(f"{where} holds {found.what}: there is nothing to resume. Start a new run in another "
                                 "out_dir")
-            if found.kind in (folders.ABSENT, folders.EMPTY):
+            if found.kind in (contents.ABSENT, contents.EMPTY):
                 raise UserError(f"no checkpoint in {self.path / checkpoint.FOLDER}; train first, or use "
                                 "--init_from=scratch")
             raise UserError(f"{where} holds {found.what}, not a train.py run; give the out_dir of a run")
@@ -101,7 +102,7 @@ class RunFolder:
                 raise UserError("eval_only=True evaluates a trained model: give --init_from=resume with the run's "
                                 "--out_dir, or --init_from=gpt2 or a Hugging Face directory")
             return "fresh"
-        if found.kind == folders.RUN and not found.restartable and not overwrite:
+        if found.kind == contents.RUN and not found.restartable and not overwrite:
             resume = "continue it with --init_from=resume, " if latest is not None else ""
             raise UserError(f"{where} already holds {found.what}; {resume}choose another --out_dir, or pass "
                             "--overwrite=True to replace it")
@@ -125,11 +126,11 @@ class RunFolder:
         """The run is under way: clear the run it replaces (a fresh start), mark the folder, write config.json and
         the log lines held so far, and start (or continue) its wandb run. Every rank calls it once."""
         if self.writes:
-            if self.fresh and self.found.kind == folders.RUN:
+            if self.fresh and self.found.kind == contents.RUN:
                 if self.found.restartable and self.found.what.startswith("a train.py run"):
                     print(f"note: out_dir '{self.path}' held the log of a run stopped before its first checkpoint; "
                           "starting it again")
-                self.dest.move_aside((folders.MARKER, "config.json", metrics.FILE, WANDB_ID, checkpoint.FOLDER))
+                self.dest.move_aside((contents.MARKER, "config.json", metrics.FILE, WANDB_ID, checkpoint.FOLDER))
             self.path.mkdir(exist_ok=True)
             self.dest.lock.hold_folder(self.dest.option)
             self._mark(iter=self.marker.get("iter", 0), checkpoint=self.marker.get("checkpoint"), end=None,
@@ -189,8 +190,8 @@ class RunFolder:
         self._mark(end=how, at=iter)
 
     def _mark(self, **fields) -> None:
-        self.marker = dict(self.marker, kind=folders.RUN, by="train.py", **fields)
-        folders.write_atomic(self.path / folders.MARKER, (json.dumps(self.marker, indent=2) + "\n").encode())
+        self.marker = dict(self.marker, kind=contents.RUN, by="train.py", **fields)
+        folders.write_atomic(self.path / contents.MARKER, (json.dumps(self.marker, indent=2) + "\n").encode())
 
     def finish(self) -> None:
         if self.wandb_run is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import cli
+import contents
 import folders
 from errors import UserError
 
@@ -167,7 +168,7 @@ def convert(src: Path, dst: Path, vocab_size: int, overwrite: bool = False, dtyp
             for a, name in pairs:
                 print(f"{a} -> {dst / name}: {from_nanogpt(a, staged / name, vocab_size, dtype=dtype):,} tokens")
         return
-    with folders.Destination(dst, makes=folders.FILE, option="DST", command="python -m tokens from-nanogpt") as dest:
+    with folders.Destination(dst, makes=contents.FILE, option="DST", command="python -m tokens from-nanogpt") as dest:
         dest.allow(overwrite=overwrite)
         staged = dest.stage(folder=False)
         count = from_nanogpt(src, staged, vocab_size, dtype=dtype)

@@ -85,6 +85,7 @@ from pathlib import Path
 import torch
 
 import cli
+import contents
 import folders
 from data.countdown.prepare import read_problems
 from data.countdown.task import Problem, prompt, score, tinyzero_prompt
@@ -342,7 +343,7 @@ def run(args, optimizer_name: str, seed: int, out: Path, lr: float | None = None
         from accelerate import PartialState
 
         PartialState(cpu=device == "cpu")
-    dest = folders.Destination(out, makes=folders.GRPO, option="--out", command="scripts.grpo")
+    dest = folders.Destination(out, makes=contents.GRPO, option="--out", command="scripts.grpo")
     with contextlib.ExitStack() as stack:
         def take():
             stack.enter_context(dest)

@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cli
+import contents
 import folders
 from errors import UserError
 from metrics import records, run_config
@@ -190,11 +191,11 @@ def main(argv=None):
             raise UserError(f"--out {args.out} does not exist, so there is nothing to summarize; "
                             "pass the folder a sweep wrote its runs to")
         return summarize([(p, s, source / d.name) for p, s, d in runs], list(grid), source, write=False)
-    with folders.Destination(args.out, makes=folders.SCAN, option="--out", command="scripts.sweep") as dest:
-        dest.allow(continues=(folders.SCAN,))
+    with folders.Destination(args.out, makes=contents.SCAN, option="--out", command="scripts.sweep") as dest:
+        dest.allow(continues=(contents.SCAN,))
         Path(args.out).mkdir(exist_ok=True)
         dest.lock.hold_folder("--out")
-        folders.mark(args.out, folders.SCAN, by="scripts.sweep")
+        folders.mark(args.out, contents.SCAN, by="scripts.sweep")
         return sweep(args, runs, grid)
 
 

@@ -39,6 +39,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 import cli
+import contents
 import folders
 from errors import UserError
 
@@ -236,8 +237,8 @@ def pack(folder: Path) -> Path:
     first, so that a kill never leaves half a folder hiding the archive)."""
     folder = Path(folder)
     archive = _archive_of(folder)
-    with folders.Destination(folder, makes=folders.SCAN, option="FOLDER", command="study.pack") as scan, \
-            folders.Destination(archive, makes=folders.FILE, option="archive", command="study.pack") as dest:
+    with folders.Destination(folder, makes=contents.SCAN, option="FOLDER", command="study.pack") as scan, \
+            folders.Destination(archive, makes=contents.FILE, option="archive", command="study.pack") as dest:
         if not folder.is_dir():
             raise UserError(f"{folder} is not a folder; pass the folder a sweep wrote its runs to")
         _refuse_unpackable(folder)
@@ -283,8 +284,8 @@ def unpack(archive: Path, out: Path | None, max_bytes: int = MAX_BYTES) -> Path:
     if archive.suffix != SUFFIX or not archive.is_file():
         raise UserError(f"{archive} is not a packed scan (a .zip file); pass one like study/results/runs/tiny.zip")
     out = Path(out) if out else archive.with_suffix("")
-    with folders.Destination(out, makes=folders.SCAN, option="--out", command="study.pack --unpack") as dest:
-        if dest.found.kind not in (folders.ABSENT, folders.EMPTY):
+    with folders.Destination(out, makes=contents.SCAN, option="--out", command="study.pack --unpack") as dest:
+        if dest.found.kind not in (contents.ABSENT, contents.EMPTY):
             raise UserError(f"{out} already exists and is not empty; pass --out to unpack somewhere else")
         try:
             zf = zipfile.ZipFile(archive)

@@ -200,3 +200,44 @@ def test_tune_triton_times_each_setting_and_restores_the_kernels_own(monkeypatch
 def test_gpu_checks_help_names_the_stages():
     result = subprocess.run(["bash", str(REPO / "scripts/gpu_checks.sh"), "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "bash scripts/gpu_checks.sh tests optim" in result.stdout, result.stderr
+
+
+FAKE_NANOGPT = '''
+import json, os, pickle, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+meta = pickle.load(open(os.path.join("data", args["dataset"], "meta.pkl"), "rb"))  # nanoGPT's own path join
+size = os.path.getsize(os.path.join("data", args["dataset"], "train.bin"))
+seen = dict(vocab=meta["vocab_size"], tokens=size // 2, cwd=os.getcwd(), **args)
+open(os.path.join(os.path.dirname(__file__), "seen.json"), "w").write(json.dumps(seen))
+for it in range(0, int(args["max_iters"]) + 1, int(args["log_interval"])):
+    print(f"iter {it}: loss 1.0000, time {4000.0 if it == 0 else 10.0}ms, mfu 0.00%")
+'''
+
+
+def test_bench_nanogpt_runs_both_at_one_shape_and_reports_the_ratio(tmp_path, capsys):
+    # a stand-in for a nanoGPT checkout: it reads its data as nanoGPT does and prints nanoGPT's log lines
+    from scripts import bench_nanogpt
+
+    checkout = tmp_path / "nanoGPT"
+    checkout.mkdir()
+    for name in ("model.py", "configurator.py"):
+        (checkout / name).write_text("")
+    (checkout / "train.py").write_text(FAKE_NANOGPT)
+    with pytest.raises(UserError, match="is not a nanoGPT checkout \\(no train.py\\)"):
+        bench_nanogpt.main(["--nanogpt", str(tmp_path)])
+    result = bench_nanogpt.main(["--nanogpt", str(checkout), "--pairs", "1", "--iters", "10", "--json", str(tmp_path / "b.json")])
+    pair = result["pairs"][0]
+    assert result["ratio"] == pytest.approx(pair["nanoGPT"]["wall_s"] / pair["ours"]["wall_s"])
+    assert result["iter_ms"]["nanoGPT"] == 10.0  # iteration 0 (warm-up, evaluation) is left out
+    assert result["iter_ms"]["ours"] > 0
+    assert "nanoGPT's wall time over ours" in capsys.readouterr().out
+    assert json.loads((tmp_path / "b.json").read_text())["shape"]["n_layer"] == 4
+    seen = json.loads((checkout / "seen.json").read_text())  # what nanoGPT was given: our corpus, the same shape
+    from tokens import read_tokens
+
+    tokens, vocab = read_tokens(REPO / "data" / "pystdlib" / "train.bin")
+    assert (seen["vocab"], seen["tokens"], seen["cwd"]) == (vocab, len(tokens), str(checkout))
+    assert {k: seen[k] for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "gradient_accumulation_steps",
+                                 "dtype", "device", "compile", "max_iters")} == dict(
+        n_layer="4", n_head="4", n_embd="128", block_size="128", batch_size="16", gradient_accumulation_steps="1",
+        dtype="float32", device="cpu", compile="False", max_iters="10")

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import checkpoint
+import contents
 import folders
 from tests.helpers import cli_args, tiny_config
 from tokens import read_tokens
@@ -264,7 +265,7 @@ def test_the_lock_moves_with_a_renamed_folder(data_dir, tmp_path):
 
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=5, eval_interval=5)
     train.main(cfg)
-    with folders.Destination(tmp_path / "run", makes=folders.RUN, option="--out_dir"):
+    with folders.Destination(tmp_path / "run", makes=contents.RUN, option="--out_dir"):
         os.rename(tmp_path / "run", tmp_path / "renamed")
         with pytest.raises(folders.UserError, match="is in use by another command"):
             train.main(dataclasses.replace(cfg, out_dir=str(tmp_path / "renamed"), init_from="resume", max_iters=8))
@@ -282,7 +283,7 @@ def test_recovery_touches_only_its_own_destination(tmp_path, capsys):
     dead = tmp_path / ".out.new-4194303"  # a pid no process has (pid_max's ceiling)
     dead.mkdir()
     try:
-        with folders.Destination(tmp_path / "out", makes=folders.RUN, option="--out_dir"):
+        with folders.Destination(tmp_path / "out", makes=contents.RUN, option="--out_dir"):
             pass
         assert folders.lock_path(sibling).exists() and staging.is_dir()
         assert not dead.exists()
@@ -298,7 +299,7 @@ def test_recovery_touches_only_its_own_destination(tmp_path, capsys):
 def test_a_destination_the_door_cannot_stage_beside_is_one_line(destination, says, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(folders.UserError, match=says):
-        folders.Destination(destination, makes=folders.RUN, option="--out_dir")
+        folders.Destination(destination, makes=contents.RUN, option="--out_dir")
 
 
 def test_the_temporary_file_of_a_killed_checkpoint_writer_is_cleared_by_the_next_run(data_dir, tmp_path, capsys):

@@ -1,5 +1,5 @@
 """A run's folder has one writer (run_folder.RunFolder): every whole file through folders.write_atomic, and a
-marker that says what the folder is, which folders.look reads instead of sniffing the files."""
+marker that says what the folder is, which contents.look reads instead of sniffing the files."""
 
 import dataclasses
 import json
@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+import contents
 import folders
 import train
 from tests import faults
@@ -45,25 +46,25 @@ def test_every_whole_file_of_a_run_goes_through_the_one_writer(data_dir, tmp_pat
 def test_the_marker_says_how_far_a_run_got_and_how_it_ended(data_dir, tmp_path):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=4, eval_interval=2)
     train.main(cfg)
-    marker = json.loads((tmp_path / "run" / folders.MARKER).read_text())
+    marker = json.loads((tmp_path / "run" / contents.MARKER).read_text())
     assert marker == dict(marker, kind="run", by="train.py", iter=4, checkpoint="checkpoints/ckpt_00000004.pt",
                           end="finished", at=4)
     # recognised by its marker alone: without the files look() sniffed before, it is still a finished run
     (tmp_path / "run" / "metrics.jsonl").unlink()
     (tmp_path / "run" / "config.json").unlink()
-    found = folders.look(tmp_path / "run")
+    found = contents.look(tmp_path / "run")
     assert (found.kind, found.finished, found.checkpoints, found.restartable) == ("run", True, True, False)
     shutil.rmtree(tmp_path / "run" / "checkpoints")
-    assert "whose checkpoints are gone" in folders.look(tmp_path / "run").what
+    assert "whose checkpoints are gone" in contents.look(tmp_path / "run").what
 
 
 def test_a_stopped_run_is_marked_so(data_dir, tmp_path):
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=8, eval_interval=2)
     with faults.injected("crash@5"), pytest.raises(RuntimeError):
         train.main(cfg)
-    marker = json.loads((tmp_path / "run" / folders.MARKER).read_text())
+    marker = json.loads((tmp_path / "run" / contents.MARKER).read_text())
     assert (marker["end"], marker["at"], marker["checkpoint"]) == ("stopped", 5, "checkpoints/ckpt_00000004.pt")
-    found = folders.look(tmp_path / "run")
+    found = contents.look(tmp_path / "run")
     assert (found.finished, found.checkpoints, found.restartable) == (False, True, False)
     assert found.what == "a train.py run (stopped at iteration 5, with checkpoints)"
 
@@ -74,9 +75,9 @@ def test_a_folder_from_before_markers_reads_as_its_marker_says(data_dir, tmp_pat
     cfg = tiny_config(data_dir, tmp_path / "run", max_iters=4, eval_interval=2)
     with faults.injected(crash), pytest.raises(RuntimeError):
         train.main(cfg)
-    marked = folders.look(tmp_path / "run")
-    (tmp_path / "run" / folders.MARKER).unlink()
-    unmarked = folders.look(tmp_path / "run")
+    marked = contents.look(tmp_path / "run")
+    (tmp_path / "run" / contents.MARKER).unlink()
+    unmarked = contents.look(tmp_path / "run")
     assert (marked.kind, marked.restartable, marked.checkpoints, marked.finished) == \
         (unmarked.kind, unmarked.restartable, unmarked.checkpoints, unmarked.finished) == \
         ("run", restartable, not restartable, False)

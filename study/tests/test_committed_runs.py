@@ -29,19 +29,19 @@ def test_repro_configs_still_give_the_committed_runs(optimizer):
 def test_the_committed_runs_from_before_markers_are_recognised(stride):
     # they were written before folders had a marker: look() knows them by their files, as what they are (CI reads
     # every tenth of the 1,711 runs; -m slow all of them)
-    import folders
+    import contents
 
     counted = {}
     for archive in sorted((REPO / "study" / "results" / "runs").glob("*.zip")):
         for log in sorted(pack.extracted(archive).rglob("metrics.jsonl"))[::stride]:
             run = log.parent
-            found = folders.look(run)
+            found = contents.look(run)
             counted[found.kind] = counted.get(found.kind, 0) + 1
-            if found.kind == folders.RUN:  # finished exactly when its log reached its config's max_iters
+            if found.kind == contents.RUN:  # finished exactly when its log reached its config's max_iters
                 lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
                 max_iters = json.loads((run / "config.json").read_text())["config"]["max_iters"]
                 reached = lines[-1].get("kind") == "diverged" or max(r.get("iter", 0) for r in lines) >= max_iters
                 assert found.finished == reached and not found.restartable, (pack.shown(run), found)
             else:
-                assert found.kind == folders.GRPO and found.finished, (pack.shown(run), found)
-    assert counted.get(folders.RUN, 0) > 1500 // stride and set(counted) <= {folders.RUN, folders.GRPO}, counted
+                assert found.kind == contents.GRPO and found.finished, (pack.shown(run), found)
+    assert counted.get(contents.RUN, 0) > 1500 // stride and set(counted) <= {contents.RUN, contents.GRPO}, counted
