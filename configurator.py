@@ -48,6 +48,7 @@ Architecture = Annotated[str, cli.choice("gpt2", "llama")]
 Optimizer = Annotated[str, cli.choice(lazily=lambda: __import__("adams_optim").OPTIMIZERS)]
 Implementation = Annotated[str, cli.choice("auto", "loop", "foreach", "fused")]
 Shape = Annotated[str, cli.choice("cosine", "linear")]
+Gelu = Annotated[str, cli.choice("tanh", "exact")]
 Backend = Annotated[str, cli.choice("auto", "nccl", "gloo")]
 Device = Annotated[str, cli.Kind("auto, cpu, cuda, cuda:N or mps", str,
                                  lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d{1,3})?", v) is not None, str)]
@@ -84,6 +85,7 @@ class TrainConfig:
     n_embd: Count = 128  # width of the residual stream
     dropout: Unit = 0.0  # 0 for pretraining; try 0.1+ for fine-tuning
     bias: bool = False  # biases in Linear and LayerNorm layers (GPT-2 has them; Llama has none)
+    gelu: Gelu = "tanh"  # GPT-2's GELU: 'tanh' (OpenAI's, gelu_new) or 'exact' (erf: nanoGPT's and the paper authors')
     activation_checkpointing: bool = False  # recompute each block's activations in backward: less memory, ~1/3 more compute
     # optimizer
     optimizer: Optimizer = "adams"  # a name from adams_optim.OPTIMIZERS
@@ -259,7 +261,7 @@ def smoke(values: dict, keep: set[str]) -> dict:
 
 # What a resumed run takes from the run itself and may not change: the model, what it trains on, how its
 # optimizer's state is laid out. Everything else (length, schedule, logging, device, ...) may be overridden.
-MODEL_SHAPE = ("model", "n_layer", "n_head", "n_embd", "block_size", "bias")  # what a checkpoint's weights fix
+MODEL_SHAPE = ("model", "n_layer", "n_head", "n_embd", "block_size", "bias", "gelu")  # what a checkpoint's weights fix
 FIXED_ON_RESUME = (*MODEL_SHAPE, "optimizer", "dataset", "embedding_lr_scale")
 # Not taken from the run: where it is, how this invocation treats it, and the machine it runs on.
 PER_INVOCATION = ("out_dir", "init_from", "overwrite", "eval_only", "device", "backend", "allow_new_data")
@@ -344,6 +346,8 @@ def check(cfg: TrainConfig, world_size: int = 1) -> None:
                         "unset it")
     if cfg.model == "llama" and cfg.bias:
         raise UserError("model='llama' has no biases; drop --bias=True")
+    if cfg.model == "llama" and cfg.gelu != "tanh":
+        raise UserError("model='llama' has no GELU (its MLP is SwiGLU); drop --gelu")
     if cfg.n_embd % cfg.n_head:
         raise UserError(f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}; pick n_embd a multiple of n_head")
     if cfg.decay_lr and cfg.warmup_iters > cfg.lr_decay_iters:

@@ -26,6 +26,7 @@ class GPTConfig:
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = True  # biases in Linear and LayerNorm layers, as GPT-2 has
+    gelu: str = "tanh"  # 'tanh': GPT-2's approximation (Hugging Face's gelu_new); 'exact': the erf form (nanoGPT's)
 
 
 # The four GPT-2 sizes (OpenAI, 2019): n_layer, n_head, n_embd.
@@ -37,6 +38,8 @@ SIZES = {
 }
 
 
+# Our GELU setting and Hugging Face's name for it (its "gelu_new" is GPT-2's tanh form, "gelu" the erf form)
+HF_GELU = {"tanh": "gelu_new", "exact": "gelu"}
 # Hugging Face's GPT-2 keeps these as Conv1D, weights stored (in, out): ours are nn.Linear, (out, in)
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -128,7 +131,7 @@ class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU(approximate="tanh")  # GPT-2's gelu_new
+        self.gelu = nn.GELU(approximate="tanh" if config.gelu == "tanh" else "none")
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -208,9 +211,14 @@ class GPT(LanguageModel):
 
         hf = GPT2LMHeadModel.from_pretrained(name_or_path)
         hc = hf.config
+        gelu = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}.get(hc.activation_function)
+        if gelu is None:
+            raise ValueError(f"{name_or_path} uses the activation {hc.activation_function!r}; this GPT-2 has GELU "
+                             "(gelu_new, gelu_pytorch_tanh or gelu)")
         config = GPTConfig(
             block_size=hc.n_positions, vocab_size=hc.vocab_size, n_layer=hc.n_layer, n_head=hc.n_head,
             n_embd=hc.n_embd, dropout=dropout, bias=True,
+            gelu=gelu,
         )
         model = cls(config)
         ours = model.state_dict()
@@ -236,7 +244,7 @@ class GPT(LanguageModel):
             raise ValueError(f"vocab_size={vocab_size} is larger than the model's {c.vocab_size}")
         end = vocab_size - 1 if vocab_size == 50257 else None  # GPT-2's <|endoftext|>
         config = GPT2Config(vocab_size=vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,
-                            n_head=c.n_head, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                            n_head=c.n_head, activation_function=HF_GELU[c.gelu], layer_norm_epsilon=1e-5,
                             resid_pdrop=c.dropout, embd_pdrop=c.dropout, attn_pdrop=c.dropout,
                             bos_token_id=end, eos_token_id=end)
         hf = GPT2LMHeadModel(config)

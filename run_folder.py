@@ -73,9 +73,11 @@ class RunFolder:
         if not decision.startswith("resume:"):
             return None
         self.fresh = False
-        state = checkpoint.load_file(Path(decision.removeprefix("resume:")))
-        if self.writes:
-            self.marker = contents.marker(self.path) or {}
+        latest = Path(decision.removeprefix("resume:"))
+        state = checkpoint.load_file(latest)
+        if self.writes:  # (a folder from before markers gets one that points at the checkpoint it resumes)
+            self.marker = dict(contents.marker(self.path) or {}, iter=state["iter_num"],
+                               checkpoint=latest.relative_to(self.path).as_posix())
         return state
 
     def _decide(self, init_from: str, overwrite: bool) -> str:
@@ -178,7 +180,7 @@ class RunFolder:
             self.log("checkpoint", iter=progress.iter)
             with open(self.log_path, "rb+") as f:
                 os.fsync(f.fileno())
-            self._mark(iter=progress.iter, checkpoint=str(path.relative_to(self.path)) if path else None)
+            self._mark(iter=progress.iter, checkpoint=path.relative_to(self.path).as_posix() if path else None)
 
     def end(self, how: str, iter: int, reason: str | None = None) -> None:
         """The run's last word: ``finished``, ``stopped`` (an error, Ctrl-C, a signal: with its reason) or

@@ -27,7 +27,7 @@ def build_model(cfg: TrainConfig, data_vocab: int, resume: dict | None) -> Langu
         model_cls, config_cls = architecture(cfg.model)
         shape = dict(block_size=cfg.block_size, vocab_size=dataset.model_vocab(data_vocab), n_layer=cfg.n_layer,
                      n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout)
-        model = model_cls(config_cls(**shape, **({"bias": cfg.bias} if cfg.model == "gpt2" else {})))
+        model = model_cls(config_cls(**shape, **(dict(bias=cfg.bias, gelu=cfg.gelu) if cfg.model == "gpt2" else {})))
     else:
         cfg.model = hf_model_type(cfg.init_from)
         try:
@@ -37,7 +37,7 @@ def build_model(cfg: TrainConfig, data_vocab: int, resume: dict | None) -> Langu
                             f"Hugging Face directory that can be loaded here ({e.__class__.__name__})") from e
         if cfg.block_size < model.config.block_size:
             model.crop_block_size(cfg.block_size)
-        for key in ("n_layer", "n_head", "n_embd", "bias"):
+        for key in ("n_layer", "n_head", "n_embd", "bias", "gelu"):
             if hasattr(model.config, key):
                 setattr(cfg, key, getattr(model.config, key))  # the checkpoint decides the architecture
     if data_vocab > model.config.vocab_size:
@@ -91,9 +91,10 @@ class Guard:
 
     A step whose mean loss or gradient norm is not finite is skipped: the parameters and the optimizer's state,
     step count included, stay as they were. With float16 the GradScaler owns overflowing gradients (it skips
-    those steps itself, and lowers its scale); a non-finite loss is skipped and counted either way. The flag
-    never leaves the device when the optimizer takes it (``skips_on_device``: torch's fused AdamW, Adam, SGD);
-    any other optimizer needs the host to decide, one sync a step. ``read`` brings the last step's loss and
+    those steps itself, uncounted, and lowers its scale); a non-finite loss is added to its flag, so that step
+    is skipped and counted. The flag never leaves the device when the optimizer takes it (``skips_on_device``:
+    torch's fused AdamW, Adam, SGD); any other optimizer needs the host to decide, one sync a step (GradScaler
+    does the same for it). ``read`` brings the last step's loss and
     norm, the skips and clips since the last read, and the first step that ran past ``max_skips`` skips in a
     row: the one wait on the GPU, at log intervals and before evaluations."""
 
@@ -107,18 +108,22 @@ class Guard:
 
     def step(self, it: int, loss: torch.Tensor, norm: torch.Tensor) -> None:
         """Take iteration ``it``'s optimizer step unless its loss or norm (0-d tensors) is not finite."""
-        bad = ~torch.isfinite(loss) if self.scaler.is_enabled() else ~(torch.isfinite(loss) & torch.isfinite(norm))
-        if self.on_device:
-            if self.scaler.is_enabled():  # (GradScaler hands the optimizer its own found_inf)
-                self.scaler.step(self.optimizer)
-            else:
-                self.optimizer.grad_scale, self.optimizer.found_inf = None, bad.float()
-                try:
-                    self.optimizer.step()
-                finally:
-                    del self.optimizer.grad_scale, self.optimizer.found_inf
-        elif not bad.item():  # the host decides: this optimizer cannot skip from a device flag
+        if self.scaler.is_enabled():  # float16: the scaler skips the step on its flag, made to say the loss's too
+            bad = ~torch.isfinite(loss)
+            for found in self.scaler._per_optimizer_states[id(self.optimizer)]["found_inf_per_device"].values():
+                torch.maximum(found, bad.to(found), out=found)  # 1 or 0: the fused kernels skip on exactly 1
             self.scaler.step(self.optimizer)
+        elif self.on_device:
+            bad = ~(torch.isfinite(loss) & torch.isfinite(norm))
+            self.optimizer.grad_scale, self.optimizer.found_inf = None, bad.float()
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.grad_scale, self.optimizer.found_inf
+        else:
+            bad = ~(torch.isfinite(loss) & torch.isfinite(norm))
+            if not bad.item():  # the host decides: this optimizer cannot skip from a device flag
+                self.optimizer.step()
         self.scaler.update()
         self.last = torch.stack([loss.float(), norm.float()])
         self.in_a_row = torch.where(bad, self.in_a_row + 1, 0.0)

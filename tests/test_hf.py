@@ -48,9 +48,9 @@ def byte_run(data_dir, tmp_path_factory):
     return cfg
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_export_gives_our_logits_in_transformers(bias, data_dir, tmp_path):
-    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=3, eval_interval=3, bias=bias)
+@pytest.mark.parametrize("bias, gelu", [(False, "tanh"), (True, "tanh"), (False, "exact")])
+def test_export_gives_our_logits_in_transformers(bias, gelu, data_dir, tmp_path):
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=3, eval_interval=3, bias=bias, gelu=gelu)
     train.main(cfg)
     export.export(cfg.out_dir, tmp_path / "hf")
     ours, _ = checkpoint.load_model(cfg.out_dir)
@@ -59,6 +59,9 @@ def test_export_gives_our_logits_in_transformers(bias, data_dir, tmp_path):
     assert diff <= 1e-5, diff
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert (hf_config["vocab_size"], hf_config["n_layer"], hf_config["n_positions"]) == (256, 2, 32)
+    assert hf_config["activation_function"] == {"tanh": "gelu_new", "exact": "gelu"}[gelu]
+    back = GPT.from_pretrained(str(tmp_path / "hf"))  # and back: the same GELU
+    assert back.config.gelu == gelu and (our_logits(back, ids) - our_logits(ours, ids)).abs().max().item() <= 1e-5
 
 
 def test_the_byte_tokenizer_round_trips_any_text_as_utf8_bytes(byte_run, tmp_path):

@@ -97,3 +97,17 @@ def test_a_device_skip_changes_nothing(data_dir, tmp_path, spec, skipped):
         reference = train.main(host)
     assert device["skipped_steps"] == reference["skipped_steps"] == skipped
     assert device["train_loss"] == pytest.approx(reference["train_loss"], rel=1e-5)
+
+
+def test_float16_skips_a_nonfinite_loss_through_the_scalers_own_flag(data_dir, tmp_path):
+    # the GradScaler decides a float16 step; a non-finite loss is added to its flag: skipped and counted
+    import checkpoint
+
+    cfg = tiny_config(data_dir, tmp_path / "run", optimizer="adamw", implementation="fused", dtype="float16",
+                      max_iters=4, eval_interval=3, keep_checkpoints=3)
+    with faults.injected("nan_loss@3"):
+        summary = train.main(cfg)
+    assert summary["skipped_steps"] == 1
+    before, after = (checkpoint.load_file(p) for p in checkpoint.checkpoints(cfg.out_dir))
+    assert all(torch.equal(before["model"][k], after["model"][k]) for k in before["model"])
+    assert after["scaler"]["scale"] < before["scaler"]["scale"]  # and the scale backed off, as for an overflow

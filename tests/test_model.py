@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from model import GPT, SIZES, GPTConfig
+from model import GPT, MLP, SIZES, GPTConfig
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +86,18 @@ def test_mfu_estimate_is_flops_over_peak():
     n, cfg = model.num_params(), model.config
     flops_per_token = 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
     assert model.estimate_mfu(1000.0, 1e12) == pytest.approx(flops_per_token * 1000 / 1e12)
+
+
+@pytest.mark.parametrize("gelu", ["tanh", "exact"])
+def test_the_mlp_applies_the_gelu_it_is_given(gelu):
+    # the two forms by hand: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and x/2 (1 + erf(x / sqrt(2)))
+    mlp = MLP(GPTConfig(n_embd=4, n_head=1, bias=False, gelu=gelu))
+    h = torch.tensor([-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0] * 2).reshape(1, 1, 16)
+    if gelu == "tanh":
+        by_hand = [x / 2 * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))) for x in h.flatten().tolist()]
+    else:
+        by_hand = [x / 2 * (1 + math.erf(x / math.sqrt(2))) for x in h.flatten().tolist()]
+    assert torch.allclose(mlp.gelu(h).flatten(), torch.tensor(by_hand), atol=1e-6)
+    assert mlp.gelu(torch.tensor([1.0])).item() != pytest.approx(
+        MLP(GPTConfig(n_embd=4, n_head=1, gelu="exact" if gelu == "tanh" else "tanh")).gelu(torch.tensor([1.0])).item(),
+        abs=1e-5)  # (the two differ: 0.84119 against 0.84134 at 1)

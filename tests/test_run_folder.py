@@ -81,3 +81,14 @@ def test_a_folder_from_before_markers_reads_as_its_marker_says(data_dir, tmp_pat
     assert (marked.kind, marked.restartable, marked.checkpoints, marked.finished) == \
         (unmarked.kind, unmarked.restartable, unmarked.checkpoints, unmarked.finished) == \
         ("run", restartable, not restartable, False)
+
+
+def test_a_folder_from_before_markers_that_is_resumed_is_marked_at_its_checkpoint(data_dir, tmp_path):
+    cfg = tiny_config(data_dir, tmp_path / "run", max_iters=4, eval_interval=2)
+    train.main(cfg)
+    (tmp_path / "run" / contents.MARKER).unlink()  # as a run of an older version left it
+    with faults.injected("crash@5"), pytest.raises(RuntimeError):
+        train.main(dataclasses.replace(cfg, init_from="resume", max_iters=8))
+    found = contents.look(tmp_path / "run")  # killed before its next checkpoint: still a run to resume, not to restart
+    assert (found.checkpoints, found.restartable) == (True, False)
+    assert json.loads((tmp_path / "run" / contents.MARKER).read_text())["checkpoint"] == "checkpoints/ckpt_00000004.pt"
