@@ -10,7 +10,8 @@ this shape on a CPU) with AdamW for ``--iters`` iterations on the same tokens (t
 reads it from raw uint16 files and a meta.pkl of its vocabulary, written to a temporary folder), each
 evaluating 20 batches at the start and the end and saving one checkpoint, logging every 10 iterations.
 The two run in turn, in pairs whose order alternates, each a fresh process; a pair's ratio is nanoGPT's
-wall time over ours (above 1: ours is faster), and the figure is the median over the pairs. Each run's
+wall time over ours (above 1: ours is faster), and the figure is the median over the pairs; the same ratio
+of CPU time is given too, as the steadier on a machine shared with others. Each run's
 per-iteration time (the median of its logged ``time ...ms`` figures, which both print) says whether a gap
 is per iteration or start-up. nanoGPT's checkout is only run, never copied into this repository.
 """
@@ -21,6 +22,7 @@ import os
 import pickle
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,14 +68,17 @@ def commands(nanogpt: Path, tmp: Path, data: Path, iters: int, gelu: str = "exac
 
 
 def run(name: str, command: list[str], cwd: Path, env: dict) -> dict:
-    started = time.perf_counter()
+    """One run: its wall time, its CPU time (user and system, its threads together: on a shared machine the less
+    noisy of the two) and its median logged time per iteration."""
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
+    wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
         raise UserError(f"{name}'s run failed (exit {done.returncode}); its last lines:\n{tail}")
     times = [float(ms) for it, ms in ITER_TIME.findall(done.stdout) if int(it) > 0]
-    return dict(wall_s=wall, iter_ms=statistics.median(times) if times else None)
+    return dict(wall_s=wall, cpu_s=cpu, iter_ms=statistics.median(times) if times else None)
 
 
 def main(argv=None):
@@ -99,14 +104,16 @@ def main(argv=None):
             order = ("nanoGPT", "ours") if k % 2 == 0 else ("ours", "nanoGPT")
             pair = {name: run(name, *runs[name], env) for name in order}
             pair["ratio"] = pair["nanoGPT"]["wall_s"] / pair["ours"]["wall_s"]
+            pair["cpu_ratio"] = pair["nanoGPT"]["cpu_s"] / pair["ours"]["cpu_s"]
             pairs.append(pair)
             print(f"pair {k + 1}: nanoGPT {pair['nanoGPT']['wall_s']:.1f} s, ours {pair['ours']['wall_s']:.1f} s, "
-                  f"ratio {pair['ratio']:.3f}", flush=True)
-    ratio = statistics.median(p["ratio"] for p in pairs)
+                  f"ratio {pair['ratio']:.3f} (CPU time: {pair['cpu_ratio']:.3f})", flush=True)
+    ratio, cpu_ratio = (statistics.median(p[key] for p in pairs) for key in ("ratio", "cpu_ratio"))
     per_iter = {name: statistics.median(p[name]["iter_ms"] for p in pairs) for name in ("nanoGPT", "ours")}
-    print(f"nanoGPT's wall time over ours: {ratio:.3f} (median of {len(pairs)} alternating pairs); per iteration "
+    print(f"nanoGPT's wall time over ours: {ratio:.3f} (median of {len(pairs)} alternating pairs; CPU time "
+          f"{cpu_ratio:.3f}); per iteration "
           f"{per_iter['nanoGPT']:.1f} ms against our {per_iter['ours']:.1f} ms (medians of the logged times)")
-    result = dict(ratio=ratio, iter_ms=per_iter, pairs=pairs,
+    result = dict(ratio=ratio, cpu_ratio=cpu_ratio, iter_ms=per_iter, pairs=pairs,
                   shape=dict(SHAPE, max_iters=args.iters, optimizer="adamw", gelu=args.gelu),
                   threads=args.threads or torch.get_num_threads(), cpu=platform.processor() or platform.machine(),
                   cores=os.cpu_count(), torch=torch.__version__,
