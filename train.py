@@ -186,7 +186,7 @@ def train(cfg: TrainConfig, dist_: data_parallel.Dist, explicit: set[str] | None
                                    optimizer, params, cfg.grad_clip)
             # the mean loss over the ranks (the norm is the same on every rank): no rank waits for its value
             loss, norm = data_parallel.all_reduce_sum(torch.stack([loss.float(), norm.float()])) / dist_.world_size
-            guard.step(it, loss, norm)  # skipped, on the device, if the loss or the norm is not finite
+            guard.step(it, loss, norm)  # skipped if the loss or norm is not finite (a device flag, where it can)
             optimizer.zero_grad(set_to_none=True)
             progress.iter, progress.tokens = it + 1, progress.tokens + cfg.tokens_per_iter
             if not folder.begun:
