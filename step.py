@@ -108,22 +108,20 @@ class Guard:
 
     def step(self, it: int, loss: torch.Tensor, norm: torch.Tensor) -> None:
         """Take iteration ``it``'s optimizer step unless its loss or norm (0-d tensors) is not finite."""
+        # (with float16, overflowing gradients are the scaler's own: it skips those steps uncounted)
+        bad = ~torch.isfinite(loss) if self.scaler.is_enabled() else ~(torch.isfinite(loss) & torch.isfinite(norm))
         if self.scaler.is_enabled():  # float16: the scaler skips the step on its flag, made to say the loss's too
-            bad = ~torch.isfinite(loss)
             for found in self.scaler._per_optimizer_states[id(self.optimizer)]["found_inf_per_device"].values():
                 torch.maximum(found, bad.to(found), out=found)  # 1 or 0: the fused kernels skip on exactly 1
             self.scaler.step(self.optimizer)
         elif self.on_device:
-            bad = ~(torch.isfinite(loss) & torch.isfinite(norm))
             self.optimizer.grad_scale, self.optimizer.found_inf = None, bad.float()
             try:
                 self.optimizer.step()
             finally:
                 del self.optimizer.grad_scale, self.optimizer.found_inf
-        else:
-            bad = ~(torch.isfinite(loss) & torch.isfinite(norm))
-            if not bad.item():  # the host decides: this optimizer cannot skip from a device flag
-                self.optimizer.step()
+        elif not bad.item():  # the host decides: this optimizer cannot skip from a device flag
+            self.optimizer.step()
         self.scaler.update()
         self.last = torch.stack([loss.float(), norm.float()])
         self.in_a_row = torch.where(bad, self.in_a_row + 1, 0.0)
